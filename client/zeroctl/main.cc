@@ -1,0 +1,45 @@
+// zeroctl: inspect and plan zerod jobs. Exit codes: 0 success, 1 server error, 2 usage error.
+
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "client/zeroctl/plan_command.h"
+
+namespace {
+
+// CLI11 messages can span lines; a usage error is one line on stderr.
+std::string OneLine(std::string text) {
+  for (char& c : text) {
+    if (c == '\n') c = ' ';
+  }
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"zeroctl: plan ZeRO partitioning and inspect zerod jobs"};
+  app.require_subcommand(1);
+  zerod::zeroctl::PlanFlags plan_flags;
+  CLI::App* plan = zerod::zeroctl::AddPlanCommand(app, plan_flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "zeroctl: " << OneLine(e.what()) << "\n";
+    return 2;
+  }
+  try {
+    if (plan->parsed()) return zerod::zeroctl::RunPlan(plan_flags, std::cout, std::cerr);
+  } catch (const std::exception& e) {
+    std::cerr << "zeroctl: internal error: " << OneLine(e.what()) << "\n";
+    return 1;
+  }
+  return 2;
+}

@@ -1,0 +1,11 @@
+# ZEROD_SANITIZE=address,undefined | thread: applied to every target so that libraries and tests
+# agree on the runtime.
+if(ZEROD_SANITIZE)
+  if(ZEROD_SANITIZE MATCHES "thread" AND ZEROD_SANITIZE MATCHES "address")
+    message(FATAL_ERROR "ZEROD_SANITIZE: thread cannot be combined with address")
+  endif()
+  set(_zerod_san_flags -fsanitize=${ZEROD_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_compile_options(${_zerod_san_flags})
+  add_link_options(${_zerod_san_flags})
+  message(STATUS "zerod: sanitizers ${ZEROD_SANITIZE}")
+endif()

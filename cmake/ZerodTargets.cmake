@@ -1,0 +1,32 @@
+# Helpers that declare a target in one line with the project's warnings (abseil's absl_cc_test).
+
+function(zerod_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-missing-field-initializers>)
+endfunction()
+
+# zerod_library(NAME SOURCES ... DEPS ...)
+function(zerod_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  zerod_warnings(${name})
+endfunction()
+
+# zerod_binary(NAME SOURCES ... DEPS ...)
+function(zerod_binary name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  zerod_warnings(${name})
+endfunction()
+
+# zerod_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary whose cases ctest lists.
+function(zerod_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  zerod_warnings(${name})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "${ARG_LABELS}")
+endfunction()

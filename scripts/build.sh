@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Configures (once) and builds zerod with CMake + Ninja.
+#   ZEROD_BUILD_DIR  build folder (default: build)
+#   ZEROD_SANITIZE   address,undefined | thread (default: none)
+#   ZEROD_CUDA       AUTO | ON | OFF (default: AUTO, on when nvcc is found)
+# Extra arguments are Ninja targets (default: everything).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${ZEROD_BUILD_DIR:-build}
+args=(-G Ninja -DZEROD_SANITIZE="${ZEROD_SANITIZE:-}" -DZEROD_CUDA="${ZEROD_CUDA:-AUTO}")
+if [ -n "${CMAKE_BUILD_TYPE:-}" ]; then args+=(-DCMAKE_BUILD_TYPE="$CMAKE_BUILD_TYPE"); fi
+# nvcc lives outside the default PATH on CUDA toolkit installs.
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+mkdir -p "$build_dir"
+cmake -S . -B "$build_dir" "${args[@]}" >"$build_dir/configure.log" 2>&1 || {
+  cat "$build_dir/configure.log" >&2
+  echo "build: cmake configure failed (log above)" >&2
+  exit 1
+}
+grep -E '^-- zerod:' "$build_dir/configure.log" || true
+ninja -C "$build_dir" "$@"

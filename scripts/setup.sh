@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Installs every Debian package zerod builds, tests or runs with. Idempotent: packages already
+# installed are skipped, and `apt-get update` runs only when something is missing and the package
+# lists are absent or older than a day.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config clang-format
+  # control plane: gRPC 1.51 + protobuf 3.21 (with codegen), abseil
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  # logging, flags, JSON, HTTP, checksums
+  libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev
+  # state: SQLite (embedded default) and etcd (clusters)
+  libsqlite3-dev sqlite3 etcd-server
+  # collectives on host memory
+  libgloo-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+
+lists_fresh() {
+  local newest
+  newest=$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -1440 2>/dev/null | head -n 1)
+  [ -n "$newest" ]
+}
+
+# Refresh the lists only when a missing package is not known to apt or the lists are stale.
+need_update=0
+lists_fresh || need_update=1
+for p in "${missing[@]}"; do
+  apt-cache show "$p" >/dev/null 2>&1 || need_update=1
+done
+if [ $need_update -eq 1 ]; then
+  echo "setup: apt-get update"
+  $SUDO apt-get update -qq
+fi
+
+for p in "${missing[@]}"; do
+  if ! apt-cache show "$p" >/dev/null 2>&1; then
+    echo "setup: Debian package '$p' is not available from the configured apt sources" >&2
+    exit 1
+  fi
+done
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/zerod-setup-apt.log 2>&1; then
+  tail -n 20 /tmp/zerod-setup-apt.log >&2
+  echo "setup: apt-get install failed for: ${missing[*]} (full log: /tmp/zerod-setup-apt.log)" >&2
+  exit 1
+fi
+# etcd-server's package starts a system etcd; zerod's tests start their own on loopback ports.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
+  $SUDO systemctl stop etcd || true
+fi
+echo "setup: done"
