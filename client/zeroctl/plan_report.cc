@@ -72,8 +72,8 @@ void PrintPlanText(const PlanReport& r, std::ostream& out) {
                          "allocated", "saving", "comm/step", "collectives");
   for (const ShardPlan& p : r.stages) {
     const double allocated = static_cast<double>(p.AllocatedBytesPerRank());
-    std::string mark = r.selected_stage == p.stage() ? "*" : " ";
-    if (r.budget_bytes && allocated > static_cast<double>(*r.budget_bytes)) mark = "x";
+    const bool over = r.budget_bytes && allocated > static_cast<double>(*r.budget_bytes);
+    const char* mark = over ? "x" : (r.selected_stage == p.stage() ? "*" : " ");
     out << absl::StrFormat(
         "%s %-5d %-16s %12s %12s %10s %12s  %s\n", mark, p.stage(), kPartitioned[p.stage()],
         FormatBytes(p.PaperModelStateBytes()), FormatBytes(allocated),
