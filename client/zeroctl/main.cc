@@ -5,6 +5,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "client/zeroctl/live_commands.h"
 #include "client/zeroctl/plan_command.h"
 
 namespace {
@@ -25,6 +26,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   zerod::zeroctl::PlanFlags plan_flags;
   CLI::App* plan = zerod::zeroctl::AddPlanCommand(app, plan_flags);
+  zerod::zeroctl::LiveFlags live_flags;
+  const std::vector<CLI::App*> live = zerod::zeroctl::AddLiveCommands(app, live_flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -37,6 +40,11 @@ int main(int argc, char** argv) {
   }
   try {
     if (plan->parsed()) return zerod::zeroctl::RunPlan(plan_flags, std::cout, std::cerr);
+    for (CLI::App* command : live) {
+      if (command->parsed()) {
+        return zerod::zeroctl::RunLive(command->get_name(), live_flags, std::cout, std::cerr);
+      }
+    }
   } catch (const std::exception& e) {
     std::cerr << "zeroctl: internal error: " << OneLine(e.what()) << "\n";
     return 1;

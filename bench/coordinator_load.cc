@@ -1,0 +1,349 @@
+// coordinator_load: N simulated ranks over a few channels join one job, get the plan, heartbeat
+// for S seconds, then leave (or, with --stay, exit without leaving). Beside the daemon's figures
+// it measures the peer: a bare gRPC health check against the same daemon at the same concurrency,
+// i.e. what gRPC itself costs on this machine.
+//
+//   build/bin/coordinator_load --endpoint E --job J --ranks N --seconds S [--stay]
+//       [--channels 8] [--daemon-pid P] [--peer-seconds 3]
+//
+// The last line is one JSON object.
+
+#include <dirent.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "proto/plan_convert.h"
+#include "runtime/plan/digest.h"
+#include "runtime/plan/synthetic_layout.h"
+#include "zerod/v1/coordinator.grpc.pb.h"
+
+namespace {
+
+using namespace zerod;
+
+struct Flags {
+  std::string endpoint, job = "load";
+  int64_t ranks = 1024, channels = 8, daemon_pid = 0;
+  double seconds = 5, peer_seconds = 3;
+  bool stay = false;
+};
+
+// Counts completions and wakes the main thread when all are in.
+class Countdown {
+ public:
+  explicit Countdown(int64_t n) : left_(n) {}
+  void Done() {
+    absl::MutexLock lock(&mu_);
+    --left_;
+  }
+  bool WaitFor(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto zero = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return left_ <= 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&zero), timeout);
+  }
+
+ private:
+  absl::Mutex mu_;
+  int64_t left_ ABSL_GUARDED_BY(mu_);
+};
+
+// Latencies of a closed loop, in microseconds.
+class Latencies {
+ public:
+  void Add(int64_t us) {
+    absl::MutexLock lock(&mu_);
+    if (samples_.size() < (1u << 24)) samples_.push_back(us);
+  }
+  double PercentileMs(double p) {
+    absl::MutexLock lock(&mu_);
+    if (samples_.empty()) return 0;
+    const size_t k = std::min(samples_.size() - 1, static_cast<size_t>(p * samples_.size()));
+    std::nth_element(samples_.begin(), samples_.begin() + static_cast<long>(k), samples_.end());
+    return static_cast<double>(samples_[k]) / 1000.0;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int64_t> samples_ ABSL_GUARDED_BY(mu_);
+};
+
+long RssKib(int64_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
+}
+
+// The pid of the only process named "zerod", or 0.
+int64_t FindDaemon() {
+  int64_t found = 0;
+  DIR* proc = opendir("/proc");
+  if (!proc) return 0;
+  while (dirent* e = readdir(proc)) {
+    const int64_t pid = std::atoll(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream comm("/proc/" + std::string(e->d_name) + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "zerod") found = found == 0 ? pid : -1;
+  }
+  closedir(proc);
+  return found > 0 ? found : 0;
+}
+
+std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& endpoint, int64_t n) {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int64_t i = 0; i < n; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per channel
+    args.SetInt("zerod.load.channel", static_cast<int>(i));
+    args.SetMaxReceiveMessageSize(64 << 20);
+    channels.push_back(
+        grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args));
+  }
+  return channels;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"coordinator_load: simulated ranks against a zerod daemon"};
+  app.add_option("--endpoint", f.endpoint, "zerod endpoint")->required();
+  app.add_option("--job", f.job, "Job id")->capture_default_str();
+  app.add_option("--ranks", f.ranks, "Simulated ranks")->capture_default_str();
+  app.add_option("--seconds", f.seconds, "Heartbeat phase length")->capture_default_str();
+  app.add_option("--channels", f.channels, "gRPC channels (connections)")->capture_default_str();
+  app.add_option("--daemon-pid", f.daemon_pid, "zerod's pid, for its RSS (default: find it)");
+  app.add_option("--peer-seconds", f.peer_seconds, "Length of the bare gRPC peer measurement")
+      ->capture_default_str();
+  app.add_flag("--stay", f.stay, "Exit without leaving (ranks are then lost by lease expiry)");
+  CLI11_PARSE(app, argc, argv);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as zerod does
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (f.ranks < 1 || f.channels < 1) {
+    std::fprintf(stderr, "coordinator_load: --ranks and --channels must be at least 1\n");
+    return 2;
+  }
+  const int64_t pid = f.daemon_pid ? f.daemon_pid : FindDaemon();
+  auto channels = MakeChannels(f.endpoint, f.channels);
+  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
+  for (auto& c : channels) stubs.push_back(v1::Coordinator::NewStub(c));
+
+  // A small layout: the daemon's work per rank, not the plan's size, is what is measured.
+  const std::vector<plan::TensorSpec> layout =
+      plan::SyntheticLayout(1'000'000'000, DType::kBFloat16, 64);
+  const std::string digest = plan::DigestHex(plan::LayoutDigest(layout));
+
+  // Phase 1: join, and have the plan.
+  std::vector<int64_t> assigned(static_cast<size_t>(f.ranks), -1);
+  std::atomic<int64_t> join_errors{0};
+  std::atomic<int64_t> generation{0};
+  std::string first_error;
+  absl::Mutex error_mu;
+  v1::PlanInputs plan_inputs;
+  std::atomic<bool> have_plan{false};
+  absl::Mutex plan_mu;
+  Countdown joined(f.ranks);
+  const absl::Time join_start = absl::Now();
+  for (int64_t i = 0; i < f.ranks; ++i) {
+    struct Call {
+      grpc::ClientContext context;
+      v1::JoinRequest request;
+      v1::JoinResponse response;
+    };
+    auto* call = new Call;
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(300)));
+    call->request.set_job_id(f.job);
+    call->request.set_world_size(f.ranks);
+    call->request.set_rank(-1);
+    call->request.set_host("sim-" + std::to_string(i));
+    call->request.set_device("sim");
+    if (i == 0) rpc::ToProto(layout, call->request.mutable_layout());
+    call->request.set_layout_digest(digest);
+    call->request.mutable_options()->set_stage(3);
+    stubs[static_cast<size_t>(i % f.channels)]->async()->Join(
+        &call->context, &call->request, &call->response, [&, call, i](grpc::Status s) {
+          if (s.ok()) {
+            assigned[static_cast<size_t>(i)] = call->response.rank();
+            generation = call->response.generation();
+            if (!have_plan.exchange(true)) {
+              absl::MutexLock lock(&plan_mu);
+              plan_inputs.ParseFromString(call->response.plan_inputs());
+            }
+          } else {
+            ++join_errors;
+            absl::MutexLock lock(&error_mu);
+            if (first_error.empty()) first_error = s.error_message();
+          }
+          delete call;
+          joined.Done();
+        });
+  }
+  joined.WaitFor(absl::Seconds(600));
+  // Every simulated rank would recompute the plan and check the digest; they share one process,
+  // so it is done once here and timed with the join.
+  std::string plan_digest;
+  {
+    absl::MutexLock lock(&plan_mu);
+    auto plan = rpc::PlanFromInputs(plan_inputs);
+    if (!plan.ok() && join_errors == 0) {
+      std::fprintf(stderr, "coordinator_load: %s\n", std::string(plan.status().message()).c_str());
+      return 1;
+    }
+    if (plan.ok()) plan_digest = plan->DigestHex();
+  }
+  const double join_plan_s = absl::ToDoubleSeconds(absl::Now() - join_start);
+  std::printf("join+plan: %ld ranks in %.3f s (%ld errors%s%s), plan %s\n",
+              static_cast<long>(f.ranks), join_plan_s, static_cast<long>(join_errors.load()),
+              first_error.empty() ? "" : ": ", first_error.c_str(), plan_digest.c_str());
+  if (join_errors > 0) return 1;
+  const long rss_after_join = pid ? RssKib(pid) : -1;
+
+  // Phase 2: closed-loop heartbeats, one outstanding per rank.
+  Latencies heartbeat_latency;
+  std::atomic<int64_t> heartbeats{0}, heartbeat_errors{0};
+  const absl::Time hb_end = absl::Now() + absl::Seconds(f.seconds);
+  Countdown hb_done(f.ranks);
+  struct Beat {
+    grpc::ClientContext context;
+    v1::HeartbeatRequest request;
+    v1::HeartbeatResponse response;
+    absl::Time start;
+  };
+  std::function<void(int64_t, int64_t)> beat = [&](int64_t i, int64_t step) {
+    auto* b = new Beat;
+    b->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    b->request.set_job_id(f.job);
+    b->request.set_rank(assigned[static_cast<size_t>(i)]);
+    b->request.set_generation(generation);
+    b->request.set_step(step);
+    auto& memory = *b->request.mutable_memory_bytes();
+    for (const char* k : {"params", "grads", "master", "adam_m", "adam_v", "padding"})
+      memory[k] = 1 << 20;
+    (*b->request.mutable_comm_bytes())["all_gather"] = step << 20;
+    b->start = absl::Now();
+    stubs[static_cast<size_t>(i % f.channels)]->async()->Heartbeat(
+        &b->context, &b->request, &b->response, [&, b, i, step](grpc::Status s) {
+          const absl::Time now = absl::Now();
+          heartbeat_latency.Add(absl::ToInt64Microseconds(now - b->start));
+          if (s.ok()) {
+            ++heartbeats;
+          } else {
+            ++heartbeat_errors;
+          }
+          delete b;
+          if (now < hb_end) {
+            beat(i, step + 1);
+          } else {
+            hb_done.Done();
+          }
+        });
+  };
+  const absl::Time hb_start = absl::Now();
+  for (int64_t i = 0; i < f.ranks; ++i) beat(i, 1);
+  hb_done.WaitFor(absl::Seconds(f.seconds + 120));
+  const double hb_seconds = absl::ToDoubleSeconds(absl::Now() - hb_start);
+  const double hb_rate = static_cast<double>(heartbeats) / hb_seconds;
+  const double hb_p50 = heartbeat_latency.PercentileMs(0.50);
+  const double hb_p99 = heartbeat_latency.PercentileMs(0.99);
+  const long rss_after_hb = pid ? RssKib(pid) : -1;
+  std::printf("heartbeats: %ld in %.2f s = %.0f/s (%ld errors), p50 %.2f ms, p99 %.2f ms\n",
+              static_cast<long>(heartbeats.load()), hb_seconds, hb_rate,
+              static_cast<long>(heartbeat_errors.load()), hb_p50, hb_p99);
+
+  // Phase 3, the peer: gRPC's health check on the same daemon, same concurrency (capped at the
+  // ranks), same channels: the cost of a call with no work behind it.
+  const int64_t peer_concurrency = std::min<int64_t>(f.ranks, 4096);
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic;
+  for (auto& c : channels) generic.push_back(std::make_unique<grpc::GenericStub>(c));
+  std::atomic<int64_t> peer_calls{0};
+  Latencies peer_latency;
+  const absl::Time peer_end = absl::Now() + absl::Seconds(f.peer_seconds);
+  Countdown peer_done(peer_concurrency);
+  struct Probe {
+    grpc::ClientContext context;
+    grpc::ByteBuffer request, response;
+    absl::Time start;
+  };
+  std::function<void(int64_t)> probe = [&](int64_t i) {
+    auto* p = new Probe;
+    grpc::Slice empty("");  // an empty HealthCheckRequest: check the whole server
+    p->request = grpc::ByteBuffer(&empty, 1);
+    p->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    p->start = absl::Now();
+    generic[static_cast<size_t>(i % f.channels)]->UnaryCall(
+        &p->context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &p->request, &p->response,
+        [&, p, i](grpc::Status s) {
+          const absl::Time now = absl::Now();
+          peer_latency.Add(absl::ToInt64Microseconds(now - p->start));
+          if (s.ok()) ++peer_calls;
+          delete p;
+          if (now < peer_end && s.ok()) {
+            probe(i);
+          } else {
+            peer_done.Done();
+          }
+        });
+  };
+  const absl::Time peer_start = absl::Now();
+  for (int64_t i = 0; i < peer_concurrency; ++i) probe(i);
+  peer_done.WaitFor(absl::Seconds(f.peer_seconds + 60));
+  const double peer_rate =
+      static_cast<double>(peer_calls) / absl::ToDoubleSeconds(absl::Now() - peer_start);
+  std::printf("peer (bare gRPC health check, %ld in flight): %.0f calls/s, p99 %.2f ms\n",
+              static_cast<long>(peer_concurrency), peer_rate, peer_latency.PercentileMs(0.99));
+
+  // Phase 4: leave.
+  double leave_s = 0;
+  if (!f.stay) {
+    Countdown left(f.ranks);
+    std::atomic<int64_t> leave_errors{0};
+    const absl::Time leave_start = absl::Now();
+    for (int64_t i = 0; i < f.ranks; ++i) {
+      struct Call {
+        grpc::ClientContext context;
+        v1::LeaveRequest request;
+        v1::LeaveResponse response;
+      };
+      auto* call = new Call;
+      call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+      call->request.set_job_id(f.job);
+      call->request.set_rank(assigned[static_cast<size_t>(i)]);
+      stubs[static_cast<size_t>(i % f.channels)]->async()->Leave(
+          &call->context, &call->request, &call->response, [&, call](grpc::Status s) {
+            if (!s.ok()) ++leave_errors;
+            delete call;
+            left.Done();
+          });
+    }
+    left.WaitFor(absl::Seconds(300));
+    leave_s = absl::ToDoubleSeconds(absl::Now() - leave_start);
+    std::printf("leave: %ld ranks in %.3f s (%ld errors)\n", static_cast<long>(f.ranks), leave_s,
+                static_cast<long>(leave_errors.load()));
+  }
+  std::printf(
+      "{\"ranks\": %ld, \"channels\": %ld, \"join_plan_s\": %.3f, \"heartbeats\": %ld, "
+      "\"heartbeats_per_s\": %.0f, \"heartbeat_p50_ms\": %.3f, \"heartbeat_p99_ms\": %.3f, "
+      "\"heartbeat_errors\": %ld, \"peer_grpc_calls_per_s\": %.0f, \"leave_s\": %.3f, "
+      "\"daemon_rss_kib_after_join\": %ld, \"daemon_rss_kib\": %ld}\n",
+      static_cast<long>(f.ranks), static_cast<long>(f.channels), join_plan_s,
+      static_cast<long>(heartbeats.load()), hb_rate, hb_p50, hb_p99,
+      static_cast<long>(heartbeat_errors.load()), peer_rate, leave_s, rss_after_join, rss_after_hb);
+  return 0;
+}

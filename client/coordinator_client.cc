@@ -1,0 +1,357 @@
+#include "client/coordinator_client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/grpc_status.h"
+#include "proto/plan_convert.h"
+#include "runtime/plan/digest.h"
+
+namespace zerod::client {
+namespace {
+
+std::string Hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
+  return name;
+}
+
+void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveEndpoint(const std::string& flag) {
+  std::string endpoint = flag;
+  if (endpoint.empty()) {
+    const char* env = std::getenv("ZEROD_ENDPOINT");
+    if (env != nullptr) endpoint = env;
+  }
+  if (endpoint.empty()) {
+    return absl::InvalidArgumentError(
+        "no zerod endpoint: pass --endpoint (unix:///run/zerod/zerod.sock or host:port) or set "
+        "ZEROD_ENDPOINT");
+  }
+  return endpoint;
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    ClientOptions options) {
+  auto endpoint = ResolveEndpoint(options.endpoint);
+  if (!endpoint.ok()) return endpoint.status();
+  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(options, *endpoint));
+}
+
+CoordinatorClient::CoordinatorClient(ClientOptions options, std::string endpoint)
+    : options_(std::move(options)), endpoint_(std::move(endpoint)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
+  args.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
+  // Reconnect quickly after a daemon restart.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_ = grpc::CreateCustomChannel(endpoint_, grpc::InsecureChannelCredentials(), args);
+  coordinator_ = v1::Coordinator::NewStub(channel_);
+  store_ = v1::Store::NewStub(channel_);
+  inspect_ = v1::Inspect::NewStub(channel_);
+}
+
+CoordinatorClient::~CoordinatorClient() { StopHeartbeats(); }
+
+absl::Status CoordinatorClient::Call(
+    const char* what, absl::Duration timeout,
+    const std::function<grpc::Status(grpc::ClientContext&)>& attempt) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  const absl::Time give_up = absl::Now() + options_.retry_for;
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (;;) {
+    grpc::ClientContext context;
+    SetDeadline(context, timeout);
+    const grpc::Status status = attempt(context);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() >= give_up) {
+      if (status.ok()) return absl::OkStatus();
+      absl::Status s = rpc::FromGrpc(status);
+      if (s.code() == absl::StatusCode::kUnavailable) {
+        return absl::UnavailableError(
+            absl::StrCat(what, ": zerod at ", endpoint_, " unavailable for ",
+                         absl::FormatDuration(options_.retry_for), ": ", s.message()));
+      }
+      return s;
+    }
+    // Full jitter: sleep uniformly in [backoff/2, backoff], doubling up to 2 s.
+    std::uniform_int_distribution<int64_t> jitter(absl::ToInt64Microseconds(backoff) / 2,
+                                                  absl::ToInt64Microseconds(backoff));
+    absl::SleepFor(std::min(absl::Microseconds(jitter(rng)), give_up - absl::Now()));
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+absl::StatusOr<Membership> CoordinatorClient::Join(const JoinOptions& o, absl::Duration wait) {
+  v1::JoinRequest request;
+  request.set_job_id(o.job_id);
+  request.set_world_size(o.world_size);
+  request.set_rank(o.rank);
+  request.set_host(o.host.empty() ? Hostname() : o.host);
+  request.set_device(o.device);
+  request.set_budget_bytes(o.budget_bytes);
+  if (o.send_layout) rpc::ToProto(o.layout, request.mutable_layout());
+  request.set_layout_digest(plan::DigestHex(plan::LayoutDigest(o.layout)));
+  *request.mutable_options() = rpc::ToProto(o.plan_options);
+  v1::JoinResponse response;
+  const absl::Time deadline = absl::Now() + wait;
+  absl::Status s = Call("join", wait, [&](grpc::ClientContext& context) {
+    context.set_deadline(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))));
+    return coordinator_->Join(&context, request, &response);
+  });
+  if (!s.ok()) return s;
+  Membership m;
+  if (!m.plan_inputs.ParseFromString(response.plan_inputs())) {
+    return absl::DataLossError(
+        absl::StrCat("join ", o.job_id, ": the plan from zerod does not parse"));
+  }
+  auto plan = rpc::PlanFromInputs(m.plan_inputs);
+  if (!plan.ok()) return plan.status();
+  m.rank = response.rank();
+  m.generation = response.generation();
+  m.world_size = response.world_size();
+  m.lease_ttl = absl::Milliseconds(response.lease_ttl_ms());
+  m.plan = std::make_shared<const plan::ShardPlan>(*std::move(plan));
+  return m;
+}
+
+absl::StatusOr<v1::PlanInputs> CoordinatorClient::GetPlan(const std::string& job_id) {
+  v1::GetPlanRequest request;
+  request.set_job_id(job_id);
+  v1::PlanInputs response;
+  absl::Status s = Call("get plan", options_.call_timeout, [&](grpc::ClientContext& c) {
+    return coordinator_->GetPlan(&c, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(const std::string& job_id,
+                                                                   int64_t rank, int64_t generation,
+                                                                   const HeartbeatReport& report) {
+  v1::HeartbeatRequest request;
+  request.set_job_id(job_id);
+  request.set_rank(rank);
+  request.set_generation(generation);
+  request.set_step(report.step);
+  request.mutable_memory_bytes()->insert(report.memory_bytes.begin(), report.memory_bytes.end());
+  request.mutable_comm_bytes()->insert(report.comm_bytes.begin(), report.comm_bytes.end());
+  v1::HeartbeatResponse response;
+  absl::Status s = Call("heartbeat", options_.call_timeout, [&](grpc::ClientContext& c) {
+    return coordinator_->Heartbeat(&c, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<int64_t> CoordinatorClient::Leave(const std::string& job_id, int64_t rank) {
+  v1::LeaveRequest request;
+  request.set_job_id(job_id);
+  request.set_rank(rank);
+  v1::LeaveResponse response;
+  absl::Status s = Call("leave", options_.call_timeout, [&](grpc::ClientContext& c) {
+    return coordinator_->Leave(&c, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response.generation();
+}
+
+absl::Status CoordinatorClient::EndJob(const std::string& job_id) {
+  v1::EndJobRequest request;
+  request.set_job_id(job_id);
+  v1::EndJobResponse response;
+  return Call("end job", options_.call_timeout,
+              [&](grpc::ClientContext& c) { return coordinator_->EndJob(&c, request, &response); });
+}
+
+void CoordinatorClient::StartHeartbeats(
+    const std::string& job_id, int64_t rank, int64_t generation, absl::Duration interval,
+    std::function<HeartbeatReport()> report,
+    std::function<void(const absl::StatusOr<v1::HeartbeatResponse>&)> on_reply) {
+  StopHeartbeats();
+  {
+    absl::MutexLock lock(&heartbeat_mu_);
+    heartbeat_stop_ = false;
+  }
+  heartbeat_thread_ = std::thread([this, job_id, rank, generation, interval,
+                                   report = std::move(report), on_reply = std::move(on_reply)] {
+    absl::MutexLock lock(&heartbeat_mu_);
+    while (!heartbeat_stop_) {
+      heartbeat_mu_.Unlock();
+      auto reply = Heartbeat(job_id, rank, generation, report ? report() : HeartbeatReport{});
+      if (on_reply) on_reply(reply);
+      heartbeat_mu_.Lock();
+      heartbeat_mu_.AwaitWithTimeout(absl::Condition(&heartbeat_stop_), interval);
+    }
+  });
+}
+
+void CoordinatorClient::StopHeartbeats() {
+  {
+    absl::MutexLock lock(&heartbeat_mu_);
+    heartbeat_stop_ = true;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+absl::Status CoordinatorClient::Watch(const std::string& job_id,
+                                      const std::function<bool(const v1::JobEvent&)>& on_event) {
+  v1::WatchRequest request;
+  request.set_job_id(job_id);
+  grpc::ClientContext context;
+  auto reader = coordinator_->Watch(&context, request);
+  v1::JobEvent event;
+  while (reader->Read(&event)) {
+    if (!on_event(event)) {
+      context.TryCancel();
+      reader->Finish().ok();
+      return absl::OkStatus();
+    }
+  }
+  return rpc::FromGrpc(reader->Finish());
+}
+
+absl::Status CoordinatorClient::StoreSet(const std::string& job_id, const std::string& key,
+                                         const std::string& value) {
+  v1::SetRequest request;
+  request.set_job_id(job_id);
+  request.set_key(key);
+  request.set_value(value);
+  v1::SetResponse response;
+  return Call("store set", options_.call_timeout,
+              [&](grpc::ClientContext& c) { return store_->Set(&c, request, &response); });
+}
+
+absl::StatusOr<std::string> CoordinatorClient::StoreGet(const std::string& job_id,
+                                                        const std::string& key,
+                                                        absl::Duration timeout) {
+  v1::GetRequest request;
+  request.set_job_id(job_id);
+  request.set_key(key);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  v1::GetResponse response;
+  absl::Status s = Call("store get", timeout + options_.call_timeout, [&](grpc::ClientContext& c) {
+    return store_->Get(&c, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response.value();
+}
+
+absl::StatusOr<int64_t> CoordinatorClient::StoreAdd(const std::string& job_id,
+                                                    const std::string& key, int64_t delta) {
+  v1::AddRequest request;
+  request.set_job_id(job_id);
+  request.set_key(key);
+  request.set_delta(delta);
+  v1::AddResponse response;
+  absl::Status s = Call("store add", options_.call_timeout, [&](grpc::ClientContext& c) {
+    return store_->Add(&c, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response.value();
+}
+
+absl::StatusOr<v1::CompareSetResponse> CoordinatorClient::StoreCompareSet(
+    const std::string& job_id, const std::string& key, const std::optional<std::string>& expected,
+    const std::string& desired) {
+  v1::CompareSetRequest request;
+  request.set_job_id(job_id);
+  request.set_key(key);
+  request.set_expected_absent(!expected.has_value());
+  if (expected) request.set_expected(*expected);
+  request.set_desired(desired);
+  v1::CompareSetResponse response;
+  absl::Status s = Call("store compare-set", options_.call_timeout, [&](grpc::ClientContext& c) {
+    return store_->CompareSet(&c, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<bool> CoordinatorClient::StoreDelete(const std::string& job_id,
+                                                    const std::string& key) {
+  v1::DeleteRequest request;
+  request.set_job_id(job_id);
+  request.set_key(key);
+  v1::DeleteResponse response;
+  absl::Status s = Call("store delete", options_.call_timeout, [&](grpc::ClientContext& c) {
+    return store_->Delete(&c, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response.deleted();
+}
+
+absl::Status CoordinatorClient::StoreWait(const std::string& job_id,
+                                          const std::vector<std::string>& keys,
+                                          absl::Duration timeout) {
+  v1::WaitRequest request;
+  request.set_job_id(job_id);
+  for (const std::string& k : keys) request.add_keys(k);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  v1::WaitResponse response;
+  return Call("store wait", timeout + options_.call_timeout,
+              [&](grpc::ClientContext& c) { return store_->Wait(&c, request, &response); });
+}
+
+absl::Status CoordinatorClient::Barrier(const std::string& job_id, const std::string& name,
+                                        int64_t participant, int64_t count,
+                                        absl::Duration timeout) {
+  v1::BarrierRequest request;
+  request.set_job_id(job_id);
+  request.set_name(name);
+  request.set_participant(participant);
+  request.set_count(count);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  v1::BarrierResponse response;
+  return Call("barrier", timeout + options_.call_timeout,
+              [&](grpc::ClientContext& c) { return store_->Barrier(&c, request, &response); });
+}
+
+absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::ListJobs() {
+  v1::ListJobsRequest request;
+  v1::ListJobsResponse response;
+  absl::Status s = Call("list jobs", options_.call_timeout, [&](grpc::ClientContext& c) {
+    return inspect_->ListJobs(&c, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<v1::JobDescription> CoordinatorClient::DescribeJob(const std::string& job_id) {
+  v1::DescribeJobRequest request;
+  request.set_job_id(job_id);
+  v1::JobDescription response;
+  absl::Status s = Call("describe job", options_.call_timeout, [&](grpc::ClientContext& c) {
+    return inspect_->DescribeJob(&c, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<v1::ShardMapResponse> CoordinatorClient::ShardMap(const std::string& job_id,
+                                                                 int64_t rank,
+                                                                 const std::string& tensor) {
+  v1::ShardMapRequest request;
+  request.set_job_id(job_id);
+  request.set_rank(rank);
+  request.set_tensor(tensor);
+  v1::ShardMapResponse response;
+  absl::Status s = Call("shard map", options_.call_timeout, [&](grpc::ClientContext& c) {
+    return inspect_->ShardMap(&c, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+}  // namespace zerod::client

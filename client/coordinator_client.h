@@ -1,0 +1,143 @@
+#ifndef ZEROD_CLIENT_COORDINATOR_CLIENT_H_
+#define ZEROD_CLIENT_COORDINATOR_CLIENT_H_
+
+// CoordinatorClient: the C++ SDK for trainer processes and tools talking to zerod.
+//
+// Every call has a deadline. Calls that fail with UNAVAILABLE (daemon restarting, socket not yet
+// there) are retried with exponential backoff and jitter until ClientOptions::retry_for runs out,
+// so clients ride through a daemon restart. Thread-safe. StartHeartbeats owns one thread, stopped
+// by StopHeartbeats or the destructor.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "runtime/plan/shard_plan.h"
+#include "zerod/v1/coordinator.grpc.pb.h"
+#include "zerod/v1/inspect.grpc.pb.h"
+#include "zerod/v1/store.grpc.pb.h"
+
+namespace zerod::client {
+
+struct ClientOptions {
+  // "unix:///run/zerod/zerod.sock", "unix:/path", or "host:port". Empty: $ZEROD_ENDPOINT.
+  std::string endpoint;
+  absl::Duration call_timeout = absl::Seconds(10);
+  absl::Duration retry_for = absl::Seconds(60);
+  int64_t max_message_bytes = 64 << 20;
+};
+
+// Resolves the endpoint (flag, then $ZEROD_ENDPOINT); INVALID_ARGUMENT when neither is set.
+absl::StatusOr<std::string> ResolveEndpoint(const std::string& flag);
+
+struct JoinOptions {
+  std::string job_id;
+  int64_t world_size = 1;
+  int64_t rank = -1;  // -1: any
+  std::string host;   // default: this machine's hostname
+  std::string device = "cpu";
+  int64_t budget_bytes = 0;
+  std::vector<plan::TensorSpec> layout;
+  plan::PlanOptions plan_options;  // stage, dtypes, sizes; world size and budget are ignored
+  bool send_layout = true;         // false: send only the digest (another rank sends the layout)
+};
+
+struct Membership {
+  int64_t rank = 0;
+  int64_t generation = 0;
+  int64_t world_size = 0;
+  absl::Duration lease_ttl;
+  v1::PlanInputs plan_inputs;
+  // Recomputed here from plan_inputs; its digest was checked against the daemon's.
+  std::shared_ptr<const plan::ShardPlan> plan;
+};
+
+// What a rank reports with each heartbeat.
+struct HeartbeatReport {
+  int64_t step = 0;
+  std::map<std::string, int64_t> memory_bytes;
+  std::map<std::string, int64_t> comm_bytes;
+};
+
+class CoordinatorClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(ClientOptions options);
+  ~CoordinatorClient();
+  CoordinatorClient(const CoordinatorClient&) = delete;
+  CoordinatorClient& operator=(const CoordinatorClient&) = delete;
+
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Joins and waits up to `wait` for the job to form; verifies the plan digest locally.
+  absl::StatusOr<Membership> Join(const JoinOptions& options, absl::Duration wait);
+  absl::StatusOr<v1::PlanInputs> GetPlan(const std::string& job_id);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id, int64_t rank,
+                                                  int64_t generation,
+                                                  const HeartbeatReport& report);
+  absl::StatusOr<int64_t> Leave(const std::string& job_id, int64_t rank);
+  absl::Status EndJob(const std::string& job_id);
+
+  // Heartbeats every `interval` on a thread of its own; `report` fills each one, `on_reply` sees
+  // each answer (or the error after retries failed).
+  void StartHeartbeats(const std::string& job_id, int64_t rank, int64_t generation,
+                       absl::Duration interval, std::function<HeartbeatReport()> report,
+                       std::function<void(const absl::StatusOr<v1::HeartbeatResponse>&)> on_reply);
+  void StopHeartbeats();
+
+  // Streams a job's events to `on_event` until it returns false, the job ends, or the stream
+  // breaks (then the status says why).
+  absl::Status Watch(const std::string& job_id,
+                     const std::function<bool(const v1::JobEvent&)>& on_event);
+
+  // Store, scoped to `job_id`. Blocking calls wait up to `timeout`.
+  absl::Status StoreSet(const std::string& job_id, const std::string& key,
+                        const std::string& value);
+  absl::StatusOr<std::string> StoreGet(const std::string& job_id, const std::string& key,
+                                       absl::Duration timeout);
+  absl::StatusOr<int64_t> StoreAdd(const std::string& job_id, const std::string& key,
+                                   int64_t delta);
+  absl::StatusOr<v1::CompareSetResponse> StoreCompareSet(const std::string& job_id,
+                                                         const std::string& key,
+                                                         const std::optional<std::string>& expected,
+                                                         const std::string& desired);
+  absl::StatusOr<bool> StoreDelete(const std::string& job_id, const std::string& key);
+  absl::Status StoreWait(const std::string& job_id, const std::vector<std::string>& keys,
+                         absl::Duration timeout);
+  absl::Status Barrier(const std::string& job_id, const std::string& name, int64_t participant,
+                       int64_t count, absl::Duration timeout);
+
+  // Inspection.
+  absl::StatusOr<v1::ListJobsResponse> ListJobs();
+  absl::StatusOr<v1::JobDescription> DescribeJob(const std::string& job_id);
+  absl::StatusOr<v1::ShardMapResponse> ShardMap(const std::string& job_id, int64_t rank,
+                                                const std::string& tensor);
+
+ private:
+  explicit CoordinatorClient(ClientOptions options, std::string endpoint);
+
+  // Runs `attempt` with a fresh context whose deadline is `timeout` from now, retrying on
+  // UNAVAILABLE with backoff until options_.retry_for has passed.
+  absl::Status Call(const char* what, absl::Duration timeout,
+                    const std::function<grpc::Status(grpc::ClientContext&)>& attempt);
+
+  const ClientOptions options_;
+  const std::string endpoint_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  std::unique_ptr<v1::Store::Stub> store_;
+  std::unique_ptr<v1::Inspect::Stub> inspect_;
+
+  absl::Mutex heartbeat_mu_;
+  bool heartbeat_stop_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace zerod::client
+
+#endif  // ZEROD_CLIENT_COORDINATOR_CLIENT_H_

@@ -1,0 +1,32 @@
+#ifndef ZEROD_CLIENT_ZEROCTL_LIVE_COMMANDS_H_
+#define ZEROD_CLIENT_ZEROCTL_LIVE_COMMANDS_H_
+
+// zeroctl's commands against a live daemon: jobs, members, shards, memory, watch.
+// Exit codes: 0 success, 1 server error, 2 usage error (one line on stderr each time).
+
+#include <ostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace zerod::zeroctl {
+
+struct LiveFlags {
+  std::string endpoint;  // shared by every live command; empty: $ZEROD_ENDPOINT
+  std::string job;
+  std::string rank;  // shards: one rank's ranges
+  std::string tensor;
+  std::string timeout = "10s";
+  bool json = false;
+};
+
+// Adds the subcommands; returns them in the order jobs, members, shards, memory, watch.
+std::vector<CLI::App*> AddLiveCommands(CLI::App& app, LiveFlags& flags);
+
+// Runs whichever of the subcommands was parsed.
+int RunLive(const std::string& command, const LiveFlags& flags, std::ostream& out,
+            std::ostream& err);
+
+}  // namespace zerod::zeroctl
+
+#endif  // ZEROD_CLIENT_ZEROCTL_LIVE_COMMANDS_H_

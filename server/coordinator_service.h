@@ -1,0 +1,44 @@
+#ifndef ZEROD_SERVER_COORDINATOR_SERVICE_H_
+#define ZEROD_SERVER_COORDINATOR_SERVICE_H_
+
+// The Coordinator gRPC service (callback API): translates calls into JobRegistry operations.
+// Joins wait inside the registry, holding no thread.
+
+#include "server/job_registry.h"
+#include "zerod/v1/coordinator.grpc.pb.h"
+
+namespace zerod::server {
+
+class CoordinatorService final : public v1::Coordinator::CallbackService {
+ public:
+  explicit CoordinatorService(JobRegistry* registry) : registry_(registry) {}
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
+                                 const v1::JoinRequest* request,
+                                 v1::JoinResponse* response) override;
+  grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* context,
+                                    const v1::GetPlanRequest* request,
+                                    v1::PlanInputs* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* Watch(grpc::CallbackServerContext* context,
+                                                const v1::WatchRequest* request) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const v1::LeaveRequest* request,
+                                  v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* EndJob(grpc::CallbackServerContext* context,
+                                   const v1::EndJobRequest* request,
+                                   v1::EndJobResponse* response) override;
+
+ private:
+  JobRegistry* const registry_;
+};
+
+// The deadline a server-side wait may use: the call's own deadline less a margin so that the
+// answer (not the client's timer) reports it, capped at `longest`.
+absl::Time WaitDeadline(const grpc::CallbackServerContext* context, absl::Duration longest);
+
+}  // namespace zerod::server
+
+#endif  // ZEROD_SERVER_COORDINATOR_SERVICE_H_

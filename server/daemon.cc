@@ -1,0 +1,121 @@
+#include "server/daemon.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/clock.h"
+#include "server/coordinator_service.h"
+#include "server/inspect_service.h"
+#include "server/job_registry.h"
+#include "server/logging.h"
+#include "server/store_service.h"
+
+namespace zerod::server {
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
+  auto log = Logger("coordinator");
+  if (options.socket_path.empty() && options.listen_address.empty()) {
+    return absl::InvalidArgumentError("nothing to listen on: give --socket or --listen");
+  }
+  std::unique_ptr<Daemon> d(new Daemon());
+  d->options_ = options;
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create data dir ", options.data_dir, ": ", ec.message()));
+  }
+  const std::string db = options.data_dir + "/zerod.db";
+  auto kv = SqliteKvStore::Open(db, options.durability);
+  if (!kv.ok()) return kv.status();
+  d->kv_ = *std::move(kv);
+  d->clock_ = std::make_unique<RealClock>();
+  d->registry_ = std::make_unique<JobRegistry>(
+      d->kv_.get(), d->clock_.get(), RegistryOptions{options.lease_ttl, options.restart_grace});
+  if (absl::Status s = d->registry_->Recover(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(db, ": ", s.message()));
+  }
+  const size_t recovered = d->registry_->ListJobs().size();
+  log->info("state {} (revision {}): {} job(s) recovered", db, d->kv_->revision(), recovered);
+
+  d->coordinator_ = std::make_unique<CoordinatorService>(d->registry_.get());
+  d->store_ = std::make_unique<StoreService>(
+      d->kv_.get(), d->registry_.get(), StoreLimits{1024, options.max_value_bytes, absl::Hours(1)});
+  d->inspect_ = std::make_unique<InspectService>(d->registry_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  if (!options.socket_path.empty()) {
+    const std::filesystem::path socket(options.socket_path);
+    if (socket.has_parent_path()) std::filesystem::create_directories(socket.parent_path(), ec);
+    struct stat st {};
+    // A socket left by a killed daemon would make the bind fail.
+    if (lstat(options.socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      std::filesystem::remove(socket, ec);
+    }
+    builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
+  }
+  if (!options.listen_address.empty()) {
+    builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
+                             &d->tcp_port_);
+  }
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.RegisterService(d->coordinator_.get());
+  builder.RegisterService(d->store_.get());
+  builder.RegisterService(d->inspect_.get());
+  d->server_ = builder.BuildAndStart();
+  if (!d->server_ || (!options.listen_address.empty() && d->tcp_port_ == 0)) {
+    d->server_.reset();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ",
+        options.socket_path.empty() ? "" : absl::StrCat("unix:", options.socket_path, " "),
+        options.listen_address, " (address in use or not permitted?)"));
+  }
+  if (!options.socket_path.empty()) log->info("listening on unix:{}", options.socket_path);
+  if (!options.listen_address.empty()) {
+    const std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
+    log->info("listening on {}:{}", host, d->tcp_port_);
+  }
+  d->reaper_ = std::thread([raw = d.get()] { raw->ReaperLoop(); });
+  return d;
+}
+
+Daemon::~Daemon() { Shutdown(absl::Seconds(5)); }
+
+void Daemon::ReaperLoop() {
+  const absl::Duration period = std::max(options_.lease_ttl / 4, absl::Milliseconds(10));
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), period);
+    if (stopping_) break;
+    mu_.Unlock();
+    registry_->ExpireLeases();
+    mu_.Lock();
+  }
+}
+
+void Daemon::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (reaper_.joinable()) reaper_.join();
+  if (!server_) return;
+  Logger("coordinator")->info("shutting down: answering waiting calls, draining in-flight ones");
+  registry_->Shutdown();
+  store_->Shutdown();
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  server_->Wait();
+  server_.reset();
+}
+
+}  // namespace zerod::server

@@ -1,0 +1,71 @@
+#ifndef ZEROD_SERVER_DAEMON_H_
+#define ZEROD_SERVER_DAEMON_H_
+
+// Daemon: the zerod process's parts wired together: state store, registry, gRPC server with the
+// Coordinator, Store and Inspect services plus health and reflection, and the lease reaper.
+//
+// Owns the reaper thread (stopped by Shutdown) and gRPC's threads.
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/state/sqlite_kv_store.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace zerod::server {
+
+class JobRegistry;
+class CoordinatorService;
+class StoreService;
+class InspectService;
+class RealClock;
+
+struct DaemonOptions {
+  std::string socket_path;     // empty: no Unix socket
+  std::string listen_address;  // empty: no TCP; port 0 picks a free port
+  std::string data_dir = "/var/lib/zerod";
+  absl::Duration lease_ttl = absl::Seconds(10);
+  absl::Duration restart_grace = absl::Seconds(10);
+  Durability durability = Durability::kFull;
+  int64_t max_message_bytes = 64 << 20;
+  int64_t max_value_bytes = 4 << 20;
+};
+
+class Daemon {
+ public:
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options);
+  ~Daemon();
+
+  // The TCP port bound (when listening on TCP).
+  int tcp_port() const { return tcp_port_; }
+  // Answers waiting calls with UNAVAILABLE, drains in-flight calls (up to `grace`), stops.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  Daemon() = default;
+  void ReaperLoop();
+
+  DaemonOptions options_;
+  std::unique_ptr<RealClock> clock_;
+  std::unique_ptr<SqliteKvStore> kv_;
+  std::unique_ptr<JobRegistry> registry_;
+  std::unique_ptr<CoordinatorService> coordinator_;
+  std::unique_ptr<StoreService> store_;
+  std::unique_ptr<InspectService> inspect_;
+  std::unique_ptr<grpc::Server> server_;
+  int tcp_port_ = 0;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace zerod::server
+
+#endif  // ZEROD_SERVER_DAEMON_H_

@@ -1,0 +1,90 @@
+#ifndef ZEROD_SERVER_JOB_H_
+#define ZEROD_SERVER_JOB_H_
+
+// In-memory state of one job and its members, guarded by the job's own mutex so that work on
+// one job (heartbeats above all) never waits for another.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "runtime/plan/shard_plan.h"
+#include "zerod/v1/coordinator.pb.h"
+#include "zerod/v1/plan.pb.h"
+
+namespace zerod::server {
+
+struct JoinResult {
+  int64_t rank = 0;
+  int64_t generation = 0;
+  int64_t world_size = 0;
+  absl::Duration lease_ttl;
+  // The serialized v1::PlanInputs, encoded once and shared by every rank's answer.
+  std::shared_ptr<const std::string> plan_bytes;
+};
+using JoinCallback = std::function<void(absl::StatusOr<JoinResult>)>;
+
+// Receives a job's events (a Watch stream). Send and Close must not block or call back into the
+// registry.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void Send(const v1::JobEvent& event) = 0;
+  virtual void Close(const absl::Status& status) = 0;
+};
+
+struct Member {
+  v1::MemberState state = v1::MEMBER_JOINING;
+  std::string host;
+  std::string device;
+  int64_t budget_bytes = 0;
+  std::string layout_digest;
+  int64_t generation = 0;  // the generation it joined
+  // Live statistics (never written to disk).
+  absl::Time lease_expiry = absl::InfinitePast();
+  int64_t last_heartbeat_unix_ms = 0;
+  int64_t step = 0;
+  std::map<std::string, int64_t> memory_bytes;
+  std::map<std::string, int64_t> comm_bytes;
+  // While JOINING: the waiting Join call.
+  int64_t ticket = 0;
+  JoinCallback waiter;
+};
+
+struct Job {
+  explicit Job(std::string job_id) : id(std::move(job_id)) {}
+
+  const std::string id;
+  absl::Mutex mu;
+  int64_t world_size ABSL_GUARDED_BY(mu) = 0;
+  int64_t generation ABSL_GUARDED_BY(mu) = 0;
+  v1::JobState state ABSL_GUARDED_BY(mu) = v1::JOB_FORMING;
+  v1::PlanOptions options ABSL_GUARDED_BY(mu);
+  std::string layout_digest ABSL_GUARDED_BY(mu);
+  int64_t layout_digest_rank ABSL_GUARDED_BY(mu) = -1;     // the rank whose digest set it
+  std::vector<v1::TensorSpec> layout ABSL_GUARDED_BY(mu);  // from the first rank that sent it
+  std::vector<std::optional<Member>> members ABSL_GUARDED_BY(mu);  // by rank
+  int64_t next_unused_rank ABSL_GUARDED_BY(mu) = 0;   // slots at or above it were never taken
+  std::set<int64_t> freed_ranks ABSL_GUARDED_BY(mu);  // taken once, free again
+  std::set<int64_t> lost_ranks ABSL_GUARDED_BY(mu);   // lost and not yet replaced
+  int64_t live_members ABSL_GUARDED_BY(mu) = 0;       // JOINING or ACTIVE
+  bool forming ABSL_GUARDED_BY(mu) = false;           // a formation commit is in flight
+  absl::Time formation_started ABSL_GUARDED_BY(mu);
+  std::optional<v1::PlanInputs> plan ABSL_GUARDED_BY(mu);
+  std::shared_ptr<const std::string> plan_bytes ABSL_GUARDED_BY(mu);
+  std::shared_ptr<const plan::ShardPlan> shard_plan ABSL_GUARDED_BY(mu);
+  std::map<int64_t, std::shared_ptr<EventSink>> watchers ABSL_GUARDED_BY(mu);
+  int64_t next_ticket ABSL_GUARDED_BY(mu) = 1;
+};
+
+}  // namespace zerod::server
+
+#endif  // ZEROD_SERVER_JOB_H_

@@ -1,0 +1,41 @@
+#ifndef ZEROD_SERVER_JOB_RECORDS_H_
+#define ZEROD_SERVER_JOB_RECORDS_H_
+
+// How jobs are laid out in the KvStore, and the encoding of each record:
+//   jobs/<job>/meta               JSON: world size, generation, state, options, layout digest
+//   jobs/<job>/plan               binary v1::PlanInputs of the current generation
+//   jobs/<job>/members/<rank>     JSON: host, device, budget, state, generation, layout digest
+//   jobs/<job>/kv/<key>           the job's Store values, as given
+// Heartbeat statistics are never stored.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/job.h"
+#include "server/state/kv_store.h"
+
+namespace zerod::server {
+
+std::string JobPrefix(const std::string& job_id);
+std::string MetaKey(const std::string& job_id);
+std::string PlanKey(const std::string& job_id);
+std::string MembersPrefix(const std::string& job_id);
+std::string MemberKey(const std::string& job_id, int64_t rank);
+std::string StoreKeyPrefix(const std::string& job_id);
+
+// Records of a job; callers hold job.mu.
+// The meta record as it will be after a change to `generation` and `state`.
+std::string EncodeMeta(const Job& job, int64_t generation, v1::JobState state)
+    ABSL_SHARED_LOCKS_REQUIRED(job.mu);
+std::string EncodeMember(const Member& member);
+
+// Rebuilds one job from its records (meta, plan, members). Active members get a lease that ends
+// at `lease_expiry` (the restart grace).
+absl::StatusOr<std::shared_ptr<Job>> DecodeJob(const std::string& job_id,
+                                               const std::vector<KeyValue>& records,
+                                               absl::Time lease_expiry);
+
+}  // namespace zerod::server
+
+#endif  // ZEROD_SERVER_JOB_RECORDS_H_

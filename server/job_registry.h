@@ -1,0 +1,111 @@
+#ifndef ZEROD_SERVER_JOB_REGISTRY_H_
+#define ZEROD_SERVER_JOB_REGISTRY_H_
+
+// JobRegistry: membership, plans, leases and events of every job. It knows nothing of gRPC: the
+// services translate calls into these methods and callbacks.
+//
+// Every membership change is written to the KvStore before anyone is told; heartbeats only touch
+// memory. Locks: jobs_mu_ guards the map of jobs, each Job its own state; callbacks and events
+// are delivered after the job's lock is released.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/clock.h"
+#include "server/job.h"
+#include "server/state/kv_store.h"
+#include "server/timer_queue.h"
+#include "zerod/v1/inspect.pb.h"
+
+namespace zerod::server {
+
+struct RegistryOptions {
+  absl::Duration lease_ttl = absl::Seconds(10);
+  // After a restart, and after a job forms, members get lease_ttl + restart_grace to (re)start
+  // heartbeating: the daemon was away, or is still handing the plan to every rank.
+  absl::Duration restart_grace = absl::Seconds(10);
+};
+
+struct JoinArgs {
+  std::string job_id;
+  int64_t world_size = 0;
+  int64_t rank = -1;  // -1: any free rank
+  std::string host;
+  std::string device;
+  int64_t budget_bytes = 0;  // 0: unbounded
+  std::vector<v1::TensorSpec> layout;
+  std::string layout_digest;
+  v1::PlanOptions options;
+};
+
+class JobRegistry {
+ public:
+  // Owns a TimerQueue thread for join deadlines, stopped first on destruction.
+  JobRegistry(KvStore* kv, const Clock* clock, RegistryOptions options);
+  ~JobRegistry();
+  JobRegistry(const JobRegistry&) = delete;
+  JobRegistry& operator=(const JobRegistry&) = delete;
+
+  // Loads every job from the KvStore (daemon start).
+  absl::Status Recover();
+
+  // Joins; `done` runs exactly once: at once on bad input, when the job forms, or with
+  // DEADLINE_EXCEEDED at `deadline`.
+  void Join(JoinArgs args, absl::Time deadline, JoinCallback done);
+  absl::StatusOr<v1::PlanInputs> GetPlan(const std::string& job_id);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  void Leave(const std::string& job_id, int64_t rank,
+             std::function<void(absl::StatusOr<int64_t>)> done);
+  void EndJob(const std::string& job_id, std::function<void(absl::Status)> done);
+
+  // Marks members whose lease ran out as lost and moves their job's generation on. The daemon
+  // calls it from a reaper thread; tests call it after advancing a FakeClock.
+  void ExpireLeases();
+
+  // Registers a Watch stream; the sink first receives a SNAPSHOT event.
+  absl::StatusOr<int64_t> Subscribe(const std::string& job_id, std::shared_ptr<EventSink> sink);
+  void Unsubscribe(const std::string& job_id, int64_t id);
+
+  // Inspection.
+  bool JobExists(const std::string& job_id) const;
+  std::vector<v1::JobSummary> ListJobs() const;
+  absl::StatusOr<v1::JobDescription> Describe(const std::string& job_id) const;
+  absl::StatusOr<std::shared_ptr<const plan::ShardPlan>> ShardPlanOf(
+      const std::string& job_id) const;
+
+  // Fails every waiting join and closes every watch with UNAVAILABLE (daemon shutdown).
+  void Shutdown();
+
+  absl::Duration lease_ttl() const { return options_.lease_ttl; }
+
+ private:
+  std::shared_ptr<Job> Find(const std::string& job_id) const;
+  void JoinTimedOut(const std::shared_ptr<Job>& job, int64_t rank, int64_t ticket);
+
+  void StartFormation(const std::shared_ptr<Job>& job, std::vector<std::function<void()>>& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mu);
+  void FinishFormation(const std::shared_ptr<Job>& job, absl::Status committed,
+                       v1::PlanInputs inputs, std::shared_ptr<const plan::ShardPlan> plan);
+
+  KvStore* const kv_;
+  const Clock* const clock_;
+  const RegistryOptions options_;
+
+  mutable absl::Mutex jobs_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(jobs_mu_);
+  int64_t next_watch_id_ ABSL_GUARDED_BY(jobs_mu_) = 1;
+
+  // Last: destroyed first, so no timer runs against a half-destroyed registry.
+  TimerQueue timers_;
+};
+
+// Checks a job id: 1-128 characters from [A-Za-z0-9._-].
+absl::Status ValidateJobId(const std::string& job_id);
+
+}  // namespace zerod::server
+
+#endif  // ZEROD_SERVER_JOB_REGISTRY_H_

@@ -1,0 +1,68 @@
+#include <memory>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/comm/in_memory_store.h"
+#include "runtime/comm/prefix_store.h"
+
+namespace zerod::comm {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(InMemoryStore, SetGetAddCompareSetDelete) {
+  InMemoryStore store;
+  ASSERT_TRUE(store.Set("a", "1").ok());
+  EXPECT_EQ(*store.Get("a", absl::ZeroDuration()), "1");
+  EXPECT_EQ(*store.Add("n", 5), 5);
+  EXPECT_EQ(*store.Add("n", -2), 3);
+  EXPECT_EQ(*store.Get("n", absl::ZeroDuration()), "3");
+  EXPECT_EQ(store.Add("a", 1).status().code(), absl::StatusCode::kOk);  // "1" is an integer
+  ASSERT_TRUE(store.Set("s", "text").ok());
+  EXPECT_EQ(store.Add("s", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*store.CompareSet("c", std::nullopt, "x"), "x");  // absent -> swapped
+  EXPECT_EQ(*store.CompareSet("c", std::nullopt, "y"), "x");  // present -> not swapped
+  EXPECT_EQ(*store.CompareSet("c", "x", "z"), "z");
+  EXPECT_EQ(*store.CompareSet("c", "wrong", "w"), "z");
+  EXPECT_TRUE(*store.Delete("c"));
+  EXPECT_FALSE(*store.Delete("c"));
+}
+
+TEST(InMemoryStore, GetBlocksUntilSetOrTimeout) {
+  InMemoryStore store;
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_TRUE(store.Set("late", "v").ok());
+  });
+  EXPECT_EQ(*store.Get("late", absl::Seconds(10)), "v");
+  setter.join();
+  auto missing = store.Get("never", absl::Milliseconds(20));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("'never'"));
+}
+
+TEST(InMemoryStore, WaitNamesTheMissingKeys) {
+  InMemoryStore store;
+  ASSERT_TRUE(store.Set("k1", "").ok());
+  EXPECT_TRUE(store.Wait({"k1"}, absl::Milliseconds(10)).ok());
+  absl::Status s = store.Wait({"k1", "k2"}, absl::Milliseconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("k2"));
+}
+
+TEST(PrefixStore, NamespacesKeys) {
+  auto inner = std::make_shared<InMemoryStore>();
+  PrefixStore a("gen1", inner), b("gen2", inner);
+  ASSERT_TRUE(a.Set("id", "A").ok());
+  ASSERT_TRUE(b.Set("id", "B").ok());
+  EXPECT_EQ(*a.Get("id", absl::ZeroDuration()), "A");
+  EXPECT_EQ(*inner->Get("gen2/id", absl::ZeroDuration()), "B");
+  EXPECT_EQ(*a.Add("n", 2), 2);
+  EXPECT_TRUE(a.Wait({"id", "n"}, absl::Milliseconds(10)).ok());
+  EXPECT_FALSE(b.Wait({"n"}, absl::Milliseconds(10)).ok());
+}
+
+}  // namespace
+}  // namespace zerod::comm

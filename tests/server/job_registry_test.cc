@@ -1,0 +1,221 @@
+// JobRegistry with a real SQLite store and a fake clock: formation, refusals, leases, restarts.
+
+#include "server/job_registry.h"
+
+#include <future>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/plan_convert.h"
+#include "runtime/plan/digest.h"
+#include "runtime/plan/synthetic_layout.h"
+#include "server/state/sqlite_kv_store.h"
+#include "tests/util/subprocess.h"
+
+namespace zerod::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<v1::TensorSpec> Layout(int64_t params = 1 << 20) {
+  google::protobuf::RepeatedPtrField<v1::TensorSpec> wire;
+  rpc::ToProto(plan::SyntheticLayout(params, DType::kBFloat16, 8), &wire);
+  return {wire.begin(), wire.end()};
+}
+
+std::string DigestOf(const std::vector<v1::TensorSpec>& layout) {
+  google::protobuf::RepeatedPtrField<v1::TensorSpec> wire(layout.begin(), layout.end());
+  return plan::DigestHex(plan::LayoutDigest(rpc::FromProto(wire)));
+}
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  void Reopen() {
+    registry_.reset();
+    kv_.reset();
+    kv_ = *SqliteKvStore::Open(dir_.path() + "/state.db", Durability::kFull);
+    registry_ = std::make_unique<JobRegistry>(kv_.get(), &clock_, options_);
+    ASSERT_TRUE(registry_->Recover().ok());
+  }
+
+  JoinArgs Args(int64_t rank, int64_t world, std::string host = "") {
+    JoinArgs a;
+    a.job_id = "llama";
+    a.world_size = world;
+    a.rank = rank;
+    a.host = host.empty() ? "host" + std::to_string(rank) : host;
+    a.device = "cpu";
+    a.layout = Layout();
+    a.layout_digest = DigestOf(a.layout);
+    a.options.set_stage(2);
+    return a;
+  }
+
+  std::future<absl::StatusOr<JoinResult>> Join(JoinArgs args,
+                                               absl::Duration wait = absl::Seconds(30)) {
+    auto promise = std::make_shared<std::promise<absl::StatusOr<JoinResult>>>();
+    auto future = promise->get_future();
+    registry_->Join(std::move(args), absl::Now() + wait,
+                    [promise](absl::StatusOr<JoinResult> r) { promise->set_value(std::move(r)); });
+    return future;
+  }
+
+  // Forms a job of `world` ranks and returns their results.
+  std::vector<JoinResult> Form(int64_t world) {
+    std::vector<std::future<absl::StatusOr<JoinResult>>> futures;
+    for (int64_t r = 0; r < world; ++r) futures.push_back(Join(Args(r, world)));
+    std::vector<JoinResult> results;
+    for (auto& f : futures) {
+      auto r = f.get();
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (r.ok()) results.push_back(*r);
+    }
+    return results;
+  }
+
+  testing::TempDir dir_;
+  FakeClock clock_;
+  RegistryOptions options_{absl::Seconds(10), absl::Seconds(5)};
+  std::unique_ptr<SqliteKvStore> kv_;
+  std::unique_ptr<JobRegistry> registry_;
+};
+
+TEST_F(RegistryTest, EveryRankGetsTheSamePlanWhenTheJobCompletes) {
+  auto first = Join(Args(0, 3));
+  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+      << "join must wait for the job to complete";
+  auto second = Join(Args(-1, 3));  // any rank
+  auto third = Join(Args(2, 3));
+  std::vector<JoinResult> results;
+  for (auto* f : {&first, &second, &third}) {
+    auto r = f->get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    results.push_back(*r);
+  }
+  EXPECT_EQ(results[1].rank, 1);
+  for (const JoinResult& r : results) {
+    EXPECT_EQ(r.generation, 1);
+    EXPECT_EQ(*r.plan_bytes, *results[0].plan_bytes);
+  }
+  v1::PlanInputs inputs;
+  ASSERT_TRUE(inputs.ParseFromString(*results[0].plan_bytes));
+  auto plan = rpc::PlanFromInputs(inputs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->stage(), 2);
+  EXPECT_EQ(plan->world_size(), 3);
+}
+
+TEST_F(RegistryTest, LayoutDigestMismatchNamesBothRanks) {
+  auto first = Join(Args(0, 2));
+  JoinArgs other = Args(1, 2);
+  other.layout = Layout(1 << 21);
+  other.layout_digest = DigestOf(other.layout);
+  auto r = Join(other).get();
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("rank 1 layout digest"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("differs from rank 0"));
+  // Nothing was harmed: rank 1 can still join with the right layout.
+  ASSERT_TRUE(Join(Args(1, 2)).get().ok());
+  ASSERT_TRUE(first.get().ok());
+}
+
+TEST_F(RegistryTest, RefusalsSayWhatIsWrong) {
+  auto first = Join(Args(0, 2));
+  EXPECT_EQ(Join(Args(5, 2)).get().status().code(), absl::StatusCode::kInvalidArgument);
+  auto taken = Join(Args(0, 2, "elsewhere")).get();
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(taken.status().message()), HasSubstr("rank 0 is held by host 'host0'"));
+  auto world = Join(Args(1, 4)).get();
+  EXPECT_EQ(world.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(world.status().message()), HasSubstr("has world size 2"));
+  JoinArgs lying = Args(1, 2);
+  lying.layout_digest = "0000000000000000";
+  EXPECT_EQ(Join(lying).get().status().code(), absl::StatusCode::kInvalidArgument);
+  JoinArgs bad_id = Args(1, 2);
+  bad_id.job_id = "a/b";
+  EXPECT_EQ(Join(bad_id).get().status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_->GetPlan("nope").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(Join(Args(1, 2)).get().ok());
+  EXPECT_TRUE(first.get().ok());
+}
+
+TEST_F(RegistryTest, APlanOverBudgetFailsTheJoinsAndSaysWhatFits) {
+  auto args0 = Args(0, 2);
+  args0.budget_bytes = 1000;  // far too little for 1M parameters at stage 2
+  auto first = Join(args0);
+  auto second = Join(Args(1, 2)).get();
+  ASSERT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("stage 2 needs"));
+  EXPECT_EQ(first.get().status().code(), absl::StatusCode::kResourceExhausted);
+  // The job can form once ranks come with enough memory.
+  EXPECT_EQ(Form(2).size(), 2u);
+}
+
+TEST_F(RegistryTest, JoinDeadlineNamesTheMissingRanks) {
+  auto r = Join(Args(0, 3), absl::Milliseconds(50)).get();
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("missing: 1, 2"));
+}
+
+TEST_F(RegistryTest, ExpiredLeaseMarksTheRankLostAndMovesTheGeneration) {
+  ASSERT_EQ(Form(2).size(), 2u);
+  v1::HeartbeatRequest hb;
+  hb.set_job_id("llama");
+  hb.set_rank(0);
+  hb.set_step(7);
+  clock_.Advance(absl::Seconds(12));  // within the first lease's grace
+  registry_->ExpireLeases();
+  ASSERT_TRUE(registry_->Heartbeat(hb).ok());
+  clock_.Advance(absl::Seconds(8));  // rank 1 is now past ttl + grace; rank 0 is not
+  registry_->ExpireLeases();
+  auto reply = registry_->Heartbeat(hb);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->generation(), 2);
+  EXPECT_EQ(reply->job_state(), v1::JOB_DEGRADED);
+  ASSERT_EQ(reply->lost_ranks_size(), 1);
+  EXPECT_EQ(reply->lost_ranks(0), 1);
+  hb.set_rank(1);
+  EXPECT_EQ(registry_->Heartbeat(hb).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto d = registry_->Describe("llama");
+  EXPECT_EQ(d->members(1).state(), v1::MEMBER_LOST);
+  EXPECT_EQ(d->members(0).step(), 7);
+}
+
+TEST_F(RegistryTest, RestartKeepsJobsAndGivesLeasesAGracePeriod) {
+  const std::vector<JoinResult> formed = Form(2);
+  ASSERT_EQ(formed.size(), 2u);
+  Reopen();
+  auto d = registry_->Describe("llama");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->summary().state(), v1::JOB_RUNNING);
+  EXPECT_EQ(d->summary().generation(), 1);
+  EXPECT_EQ(d->members_size(), 2);
+  EXPECT_EQ(d->plan_digest(), registry_->GetPlan("llama")->plan_digest());
+  clock_.Advance(absl::Seconds(14));  // less than ttl + grace
+  registry_->ExpireLeases();
+  EXPECT_EQ(registry_->Describe("llama")->members(0).state(), v1::MEMBER_ACTIVE);
+  // A rank whose join answer was lost in the restart joins again and gets the same plan.
+  auto again = Join(Args(1, 2)).get();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again->plan_bytes, *formed[1].plan_bytes);
+}
+
+TEST_F(RegistryTest, LeavingAndEndingAreDurable) {
+  ASSERT_EQ(Form(2).size(), 2u);
+  std::promise<absl::StatusOr<int64_t>> left;
+  registry_->Leave("llama", 1, [&](absl::StatusOr<int64_t> g) { left.set_value(g); });
+  EXPECT_EQ(*left.get_future().get(), 2);
+  std::promise<absl::Status> ended;
+  registry_->EndJob("llama", [&](absl::Status s) { ended.set_value(s); });
+  ASSERT_TRUE(ended.get_future().get().ok());
+  Reopen();
+  EXPECT_EQ(registry_->Describe("llama")->summary().state(), v1::JOB_ENDED);
+  // An ended job re-forms with another world size.
+  EXPECT_EQ(Form(3).size(), 3u);
+  EXPECT_EQ(registry_->Describe("llama")->summary().world_size(), 3);
+}
+
+}  // namespace
+}  // namespace zerod::server
