@@ -1,0 +1,87 @@
+#include "tests/integration/zerod_harness.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace zerod::testing {
+
+ZerodHarness::ZerodHarness(std::vector<std::string> flags)
+    : socket_(dir_.path() + "/zerod.sock"), flags_(std::move(flags)) {}
+
+ZerodHarness::~ZerodHarness() = default;
+
+void ZerodHarness::Start() {
+  std::vector<std::string> argv = {ZEROD_PATH,   "--socket",           socket_, "--listen", "",
+                                   "--data-dir", dir_.path() + "/data"};
+  argv.insert(argv.end(), flags_.begin(), flags_.end());
+  std::remove(socket_.c_str());  // a killed daemon's socket; the new one replaces it
+  daemon_ = std::make_unique<ChildProcess>(argv, dir_.path() + "/zerod.log");
+  ++starts_;
+  // Connecting before the socket exists would put the channel into reconnect backoff.
+  struct stat st {};
+  for (int i = 0; i < 2000 && stat(socket_.c_str(), &st) != 0; ++i)
+    absl::SleepFor(absl::Milliseconds(5));
+  auto client = Client(absl::Seconds(10));
+  auto jobs = client->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status() << "\n" << Log();
+}
+
+void ZerodHarness::Crash() {
+  daemon_->Signal(SIGKILL);
+  daemon_->Wait(absl::Seconds(10));
+}
+
+int ZerodHarness::Terminate() {
+  daemon_->Signal(SIGTERM);
+  return daemon_->Wait(absl::Seconds(20));
+}
+
+std::string ZerodHarness::Log() const {
+  std::ifstream in(dir_.path() + "/zerod.log");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::unique_ptr<client::CoordinatorClient> ZerodHarness::Client(absl::Duration retry_for) {
+  client::ClientOptions options;
+  options.endpoint = endpoint();
+  options.retry_for = retry_for;
+  options.call_timeout = absl::Seconds(10);
+  return *client::CoordinatorClient::Connect(options);
+}
+
+std::unique_ptr<ChildProcess> ZerodHarness::StartRank(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {JOIN_CLIENT_PATH, "--endpoint", endpoint()};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return std::make_unique<ChildProcess>(argv,
+                                        dir_.path() + "/rank" + std::to_string(ranks_++) + ".log");
+}
+
+nlohmann::json ZerodHarness::Finish(ChildProcess& rank, absl::Duration timeout) {
+  const int code = rank.Wait(timeout);
+  const std::string out = rank.Output();
+  EXPECT_NE(code, -1) << "rank process did not finish: " << out;
+  const size_t line = out.rfind('{');
+  if (line == std::string::npos) {
+    ADD_FAILURE() << "no JSON from rank process (exit " << code << "): " << out;
+    return nlohmann::json::object();
+  }
+  return nlohmann::json::parse(out.substr(line));
+}
+
+ProcessResult ZerodHarness::Zeroctl(std::vector<std::string> args) {
+  args.insert(args.begin(), ZEROCTL_PATH);
+  args.push_back("--endpoint");
+  args.push_back(endpoint());
+  return RunProcess(args);
+}
+
+}  // namespace zerod::testing

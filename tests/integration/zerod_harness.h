@@ -1,0 +1,52 @@
+#ifndef ZEROD_TESTS_INTEGRATION_ZEROD_HARNESS_H_
+#define ZEROD_TESTS_INTEGRATION_ZEROD_HARNESS_H_
+
+// Starts the real zerod binary on a temp socket and data dir, and real rank processes.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/coordinator_client.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/process.h"
+#include "tests/util/subprocess.h"
+
+namespace zerod::testing {
+
+class ZerodHarness {
+ public:
+  explicit ZerodHarness(std::vector<std::string> flags = {});
+  ~ZerodHarness();
+
+  // Starts zerod and waits until it answers.
+  void Start();
+  // kill -9, as a crash would.
+  void Crash();
+  // SIGTERM; returns the exit code.
+  int Terminate();
+
+  std::string endpoint() const { return "unix://" + socket_; }
+  const TempDir& dir() const { return dir_; }
+  std::string Log() const;
+  std::unique_ptr<client::CoordinatorClient> Client(absl::Duration retry_for = absl::Seconds(10));
+
+  // A rank process (tests/integration/join_client) with these flags; returns it running.
+  std::unique_ptr<ChildProcess> StartRank(const std::vector<std::string>& flags);
+  // Waits for a rank process and parses its JSON line.
+  nlohmann::json Finish(ChildProcess& rank, absl::Duration timeout = absl::Seconds(60));
+  // Runs zeroctl with --endpoint added.
+  ProcessResult Zeroctl(std::vector<std::string> args);
+
+ private:
+  TempDir dir_;
+  std::string socket_;
+  std::vector<std::string> flags_;
+  std::unique_ptr<ChildProcess> daemon_;
+  int starts_ = 0;
+  int ranks_ = 0;
+};
+
+}  // namespace zerod::testing
+
+#endif  // ZEROD_TESTS_INTEGRATION_ZEROD_HARNESS_H_
