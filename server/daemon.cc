@@ -116,6 +116,10 @@ void Daemon::Shutdown(absl::Duration grace) {
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
   server_.reset();
+  // Commits still queued run their callbacks against the registry: drain the store first.
+  store_.reset();
+  kv_.reset();
+  registry_.reset();
 }
 
 }  // namespace zerod::server

@@ -7,8 +7,10 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "client/coordinator_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/comm/prefix_store.h"
 #include "runtime/plan/synthetic_layout.h"
 #include "tests/integration/zerod_harness.h"
 
@@ -102,6 +104,33 @@ TEST(Zerod, StoreOperationsAndBarrier) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(passed, 3);
   EXPECT_EQ(client->Barrier("ops", "lonely", 0, 2, absl::Milliseconds(100)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(Zerod, TheRuntimeStoreInterfaceWorksOverTheDaemon) {
+  ZerodHarness zerod;
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  std::shared_ptr<client::CoordinatorClient> client = zerod.Client();
+  ASSERT_TRUE(client->Join(JoinOf("rdzv", 1, 0), absl::Seconds(10)).ok());
+  auto store = std::make_shared<client::CoordinatorStore>(client, "rdzv");
+  comm::PrefixStore generation("gen1", store);
+  comm::Store& s = generation;
+  ASSERT_TRUE(s.Set("nccl_id", std::string("\x01\x00id", 4)).ok());
+  EXPECT_EQ(*s.Get("nccl_id", absl::Seconds(1)), std::string("\x01\x00id", 4));
+  EXPECT_EQ(*client->StoreGet("rdzv", "gen1/nccl_id", absl::ZeroDuration()),
+            std::string("\x01\x00id", 4));
+  EXPECT_EQ(*s.Add("arrived", 1), 1);
+  EXPECT_EQ(*s.CompareSet("owner", std::nullopt, "r0"), "r0");
+  EXPECT_EQ(*s.CompareSet("owner", std::nullopt, "r1"), "r0");
+  EXPECT_TRUE(*s.Delete("owner"));
+  EXPECT_TRUE(s.Wait({"nccl_id", "arrived"}, absl::Seconds(1)).ok());
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_TRUE(s.Set("late", "v").ok());
+  });
+  EXPECT_EQ(*s.Get("late", absl::Seconds(10)), "v");
+  late.join();
+  EXPECT_EQ(s.Get("absent", absl::Milliseconds(100)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
 }
 
