@@ -1,0 +1,66 @@
+#include "runtime/optim/adam.h"
+
+#include <cmath>
+
+namespace zerod::optim {
+
+AdamScalars MakeAdamScalars(const AdamConfig& c, int64_t step, float grad_multiplier) {
+  const double t = static_cast<double>(step);
+  AdamScalars k;
+  k.beta1 = static_cast<float>(c.beta1);
+  k.one_minus_beta1 = static_cast<float>(1.0 - c.beta1);
+  k.beta2 = static_cast<float>(c.beta2);
+  k.one_minus_beta2 = static_cast<float>(1.0 - c.beta2);
+  k.step_size = static_cast<float>(c.lr / (1.0 - std::pow(c.beta1, t)));
+  k.bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(c.beta2, t)));
+  k.eps = static_cast<float>(c.eps);
+  k.weight_decay = c.decoupled_weight_decay ? 0.0f : static_cast<float>(c.weight_decay);
+  k.decay_factor =
+      c.decoupled_weight_decay ? static_cast<float>(1.0 - c.lr * c.weight_decay) : 1.0f;
+  k.grad_multiplier = grad_multiplier;
+  return k;
+}
+
+std::string_view IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+std::vector<Isa> AvailableIsas() {
+  std::vector<Isa> isas = {Isa::kScalar};
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    isas.push_back(Isa::kAvx2);
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
+    isas.push_back(Isa::kAvx512);
+  }
+#endif
+  return isas;
+}
+
+Isa BestIsa() { return AvailableIsas().back(); }
+
+void AdamStep(const AdamShard& shard, const AdamScalars& scalars, Isa isa, ThreadPool* pool) {
+  auto kernel = internal::AdamScalar;
+  if (isa == Isa::kAvx2) kernel = internal::AdamAvx2;
+  if (isa == Isa::kAvx512) kernel = internal::AdamAvx512;
+  // Chunks are multiples of 64 elements, so every ISA sees the same element boundaries.
+  auto run = [&](int64_t begin, int64_t end) { kernel(shard, scalars, begin, end); };
+  if (pool == nullptr || shard.numel < (int64_t{1} << 16)) {
+    run(0, shard.numel);
+  } else {
+    pool->ParallelFor(shard.numel, 64, run);
+  }
+}
+
+}  // namespace zerod::optim
