@@ -1,0 +1,65 @@
+#ifndef ZEROD_RUNTIME_COMM_COMMUNICATOR_H_
+#define ZEROD_RUNTIME_COMM_COMMUNICATOR_H_
+
+// Communicator: the collectives the engine needs, with Gloo (host memory) and NCCL (device
+// memory) behind the same interface, shaped like c10d's Backend and Work.
+//
+// SPMD contract: every rank of the group calls the same collectives in the same order with the
+// same counts and dtypes. A rank that breaks it would hang or corrupt data in plain Gloo/NCCL;
+// here every collective has a timeout, and CollectiveLog lets the engine compare sequences.
+//
+// Collectives are asynchronous and run in the order they were called; each returns a Work. The
+// buffers must stay alive and untouched until Wait returns OK. Sums of bf16/fp16 round to the
+// element type after every addition, as NCCL does.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "runtime/common/dtype.h"
+
+namespace zerod::comm {
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // OK when the collective completed; DEADLINE_EXCEEDED when `timeout` passed first (the
+  // collective may still be running); the abort reason when the communicator was aborted.
+  [[nodiscard]] virtual absl::Status Wait(absl::Duration timeout) = 0;
+  // Stops waiting for this collective; Wait returns `why`.
+  virtual void Abort(const absl::Status& why) = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int64_t rank() const = 0;
+  virtual int64_t world_size() const = 0;
+
+  // In place: every rank ends with the element-wise sum.
+  virtual std::unique_ptr<Work> AllReduce(void* data, int64_t count, DType dtype) = 0;
+  // `data` holds world_size chunks of `chunk_count` elements. Afterwards chunk `rank` holds the
+  // sum of every rank's chunk `rank`; the other chunks are scratch.
+  virtual std::unique_ptr<Work> ReduceScatter(void* data, int64_t chunk_count, DType dtype) = 0;
+  // `data` holds world_size chunks; each rank's own chunk is gathered into every rank's copy.
+  virtual std::unique_ptr<Work> AllGather(void* data, int64_t chunk_count, DType dtype) = 0;
+  virtual std::unique_ptr<Work> Broadcast(void* data, int64_t count, DType dtype, int64_t root) = 0;
+  virtual std::unique_ptr<Work> Barrier() = 0;
+
+  // Fails the collective in flight and every later one with `why` (for instance: the coordinator
+  // declared a member lost). Unblocks waiters at once.
+  virtual void Abort(const absl::Status& why) = 0;
+
+  // Bytes this rank sent and received, by collective ("all_reduce", "reduce_scatter",
+  // "all_gather", "broadcast").
+  virtual std::map<std::string, int64_t> BytesSent() const = 0;
+  virtual std::map<std::string, int64_t> BytesReceived() const = 0;
+};
+
+}  // namespace zerod::comm
+
+#endif  // ZEROD_RUNTIME_COMM_COMMUNICATOR_H_

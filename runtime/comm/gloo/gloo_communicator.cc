@@ -1,0 +1,303 @@
+#include "runtime/comm/gloo/gloo_communicator.h"
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/comm/gloo/store_adapter.h"
+#include "runtime/common/half.h"
+
+namespace zerod::comm {
+
+struct GlooCommunicator::Op {
+  std::string name;
+  int64_t sent = 0;
+  int64_t received = 0;
+  std::function<void()> body;
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);
+
+  // The first outcome wins: completion, a Work's abort, or the communicator's.
+  void Finish(absl::Status s) {
+    absl::MutexLock lock(&mu);
+    if (done) return;
+    done = true;
+    status = std::move(s);
+  }
+};
+
+namespace {
+
+class GlooWork final : public Work {
+ public:
+  explicit GlooWork(std::shared_ptr<GlooCommunicator::Op> op) : op_(std::move(op)) {}
+
+  absl::Status Wait(absl::Duration timeout) override {
+    absl::MutexLock lock(&op_->mu);
+    if (!op_->mu.AwaitWithTimeout(absl::Condition(&op_->done), timeout)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(op_->name, " did not complete within ", absl::FormatDuration(timeout),
+                       " (a rank is missing, slow, or called collectives in another order)"));
+    }
+    return op_->status;
+  }
+  void Abort(const absl::Status& why) override { op_->Finish(why); }
+
+ private:
+  std::shared_ptr<GlooCommunicator::Op> op_;
+};
+
+template <typename Convert, typename Back>
+void AddHalf(void* c, const void* a, const void* b, size_t n, Convert to_float, Back back) {
+  auto* out = static_cast<uint16_t*>(c);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = back(to_float(x[i]) + to_float(y[i]));
+}
+
+// c[i] = a[i] + b[i] in `dtype`, rounding half types after each addition.
+void Add(DType dtype, void* c, const void* a, const void* b, size_t n) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      auto* out = static_cast<float*>(c);
+      const auto* x = static_cast<const float*>(a);
+      const auto* y = static_cast<const float*>(b);
+      for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+      return;
+    }
+    case DType::kBFloat16:
+      return AddHalf(c, a, b, n, Bf16ToFloat, FloatToBf16);
+    case DType::kFloat16:
+      return AddHalf(c, a, b, n, Fp16ToFloat, FloatToFp16);
+  }
+}
+
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    std::shared_ptr<Store> store, int64_t rank, int64_t world_size, GlooOptions options) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank ", rank, " is out of range for world size ", world_size));
+  }
+  try {
+    gloo::transport::tcp::attr attr(options.hostname.c_str());
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank),
+                                                               static_cast<int>(world_size));
+    context->setTimeout(Millis(options.timeout));
+    internal::GlooStoreAdapter adapter(std::move(store), options.timeout);
+    context->connectFullMesh(adapter, device);
+    return std::unique_ptr<GlooCommunicator>(
+        new GlooCommunicator(std::move(context), rank, world_size, options));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("gloo: rank ", rank, " of ", world_size, " could not connect: ", e.what()));
+  }
+}
+
+GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, int64_t rank,
+                                   int64_t world_size, GlooOptions options)
+    : context_(std::move(context)),
+      rank_(rank),
+      world_size_(world_size),
+      options_(std::move(options)),
+      thread_([this] { Loop(); }) {}
+
+GlooCommunicator::~GlooCommunicator() {
+  Abort(absl::CancelledError("communicator destroyed"));
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, int64_t received,
+                                                std::function<void()> body) {
+  auto op = std::make_shared<Op>();
+  op->name = absl::StrCat(name, " on rank ", rank_);
+  op->sent = sent;
+  op->received = received;
+  op->body = std::move(body);
+  absl::MutexLock lock(&mu_);
+  if (!aborted_.ok()) {
+    op->Finish(aborted_);
+  } else {
+    queue_.push_back(op);
+  }
+  return std::make_unique<GlooWork>(op);
+}
+
+void GlooCommunicator::Loop() {
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    mu_.Await(absl::Condition(
+        +[](GlooCommunicator* c)
+             ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) { return c->stopping_ || !c->queue_.empty(); },
+        this));
+    if (queue_.empty()) return;
+    std::shared_ptr<Op> op = queue_.front();
+    queue_.pop_front();
+    running_ = op;
+    mu_.Unlock();
+    absl::Status status;
+    try {
+      op->body();
+    } catch (const std::exception& e) {
+      status = absl::UnavailableError(absl::StrCat(op->name, " failed: ", e.what()));
+    }
+    mu_.Lock();
+    if (status.ok()) {
+      const std::string key = op->name.substr(0, op->name.find(' '));
+      sent_[key] += op->sent;
+      received_[key] += op->received;
+    } else if (aborted_.ok()) {
+      // A broken transport breaks every later collective too.
+      aborted_ = status;
+    }
+    running_.reset();
+    op->Finish(status);
+  }
+}
+
+void GlooCommunicator::Abort(const absl::Status& why) {
+  std::deque<std::shared_ptr<Op>> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_.ok()) aborted_ = why;
+    pending.swap(queue_);
+    // The collective in flight cannot be interrupted inside Gloo; its waiters are released now
+    // and its late result is dropped.
+    if (running_) pending.push_back(running_);
+  }
+  for (auto& op : pending) op->Finish(why);
+}
+
+std::map<std::string, int64_t> GlooCommunicator::BytesSent() const {
+  absl::MutexLock lock(&mu_);
+  return sent_;
+}
+
+std::map<std::string, int64_t> GlooCommunicator::BytesReceived() const {
+  absl::MutexLock lock(&mu_);
+  return received_;
+}
+
+std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DType dtype) {
+  const int64_t bytes = count * DTypeBytes(dtype);
+  const int64_t ring = world_size_ > 1 ? 2 * (world_size_ - 1) * bytes / world_size_ : 0;
+  return Enqueue("all_reduce", ring, ring, [this, data, count, dtype] {
+    if (world_size_ == 1 || count == 0) return;
+    gloo::AllreduceOptions opts(context_);
+    opts.setTimeout(Millis(options_.timeout));
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    if (dtype == DType::kFloat32) {
+      opts.setOutput(static_cast<float*>(data), static_cast<size_t>(count));
+    } else {
+      opts.setOutput(static_cast<uint16_t*>(data), static_cast<size_t>(count));
+    }
+    opts.setReduceFunction(
+        [dtype](void* c, const void* a, const void* b, size_t n) { Add(dtype, c, a, b, n); });
+    gloo::allreduce(opts);
+  });
+}
+
+void GlooCommunicator::RingReduceScatter(char* data, int64_t chunk_bytes, DType dtype) {
+  const int64_t w = world_size_, r = rank_;
+  std::vector<char> scratch(static_cast<size_t>(chunk_bytes));
+  auto whole = context_->createUnboundBuffer(data, static_cast<size_t>(w * chunk_bytes));
+  auto incoming = context_->createUnboundBuffer(scratch.data(), scratch.size());
+  const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
+  const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
+  const auto timeout = Millis(options_.timeout);
+  // Step s sends the partial sum of chunk r-s-1 and adds the arriving chunk r-s-2; after w-1
+  // steps chunk r holds every rank's contribution.
+  for (int64_t s = 0; s < w - 1; ++s) {
+    const int64_t send_chunk = (r - s - 1 + 2 * w) % w;
+    const int64_t recv_chunk = (r - s - 2 + 2 * w) % w;
+    whole->send(next, slot, static_cast<size_t>(send_chunk * chunk_bytes),
+                static_cast<size_t>(chunk_bytes));
+    incoming->recv(prev, slot, 0, static_cast<size_t>(chunk_bytes));
+    incoming->waitRecv(timeout);
+    whole->waitSend(timeout);
+    char* target = data + recv_chunk * chunk_bytes;
+    Add(dtype, target, target, scratch.data(),
+        static_cast<size_t>(chunk_bytes / DTypeBytes(dtype)));
+  }
+}
+
+void GlooCommunicator::RingAllGather(char* data, int64_t chunk_bytes) {
+  const int64_t w = world_size_, r = rank_;
+  auto whole = context_->createUnboundBuffer(data, static_cast<size_t>(w * chunk_bytes));
+  const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
+  const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
+  const auto timeout = Millis(options_.timeout);
+  // Step s forwards chunk r-s and receives chunk r-s-1 straight into place.
+  for (int64_t s = 0; s < w - 1; ++s) {
+    const int64_t send_chunk = (r - s + w) % w;
+    const int64_t recv_chunk = (r - s - 1 + w) % w;
+    whole->send(next, slot, static_cast<size_t>(send_chunk * chunk_bytes),
+                static_cast<size_t>(chunk_bytes));
+    whole->recv(prev, slot, static_cast<size_t>(recv_chunk * chunk_bytes),
+                static_cast<size_t>(chunk_bytes));
+    whole->waitRecv(timeout);
+    whole->waitSend(timeout);
+  }
+}
+
+std::unique_ptr<Work> GlooCommunicator::ReduceScatter(void* data, int64_t chunk_count,
+                                                      DType dtype) {
+  const int64_t chunk_bytes = chunk_count * DTypeBytes(dtype);
+  const int64_t moved = (world_size_ - 1) * chunk_bytes;
+  return Enqueue("reduce_scatter", moved, moved, [this, data, chunk_bytes, dtype] {
+    if (world_size_ > 1 && chunk_bytes > 0) {
+      RingReduceScatter(static_cast<char*>(data), chunk_bytes, dtype);
+    }
+  });
+}
+
+std::unique_ptr<Work> GlooCommunicator::AllGather(void* data, int64_t chunk_count, DType dtype) {
+  const int64_t chunk_bytes = chunk_count * DTypeBytes(dtype);
+  const int64_t moved = (world_size_ - 1) * chunk_bytes;
+  return Enqueue("all_gather", moved, moved, [this, data, chunk_bytes] {
+    if (world_size_ > 1 && chunk_bytes > 0) RingAllGather(static_cast<char*>(data), chunk_bytes);
+  });
+}
+
+std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DType dtype,
+                                                  int64_t root) {
+  const int64_t bytes = count * DTypeBytes(dtype);
+  const bool is_root = root == rank_;
+  return Enqueue("broadcast", is_root ? (world_size_ - 1) * bytes : 0, is_root ? 0 : bytes,
+                 [this, data, bytes, root] {
+                   if (world_size_ == 1 || bytes == 0) return;
+                   gloo::BroadcastOptions opts(context_);
+                   opts.setTimeout(Millis(options_.timeout));
+                   opts.setRoot(static_cast<int>(root));
+                   opts.setOutput(static_cast<char*>(data), static_cast<size_t>(bytes));
+                   gloo::broadcast(opts);
+                 });
+}
+
+std::unique_ptr<Work> GlooCommunicator::Barrier() {
+  return Enqueue("barrier", 0, 0, [this] {
+    if (world_size_ == 1) return;
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(Millis(options_.timeout));
+    gloo::barrier(opts);
+  });
+}
+
+}  // namespace zerod::comm

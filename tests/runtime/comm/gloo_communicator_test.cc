@@ -1,0 +1,141 @@
+// Gloo collectives among real ranks (threads of this process, connected over loopback TCP,
+// rendezvous through an InMemoryStore), checked against sums computed here.
+
+#include "runtime/comm/gloo/gloo_communicator.h"
+
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/comm/in_memory_store.h"
+#include "runtime/comm/prefix_store.h"
+#include "runtime/common/half.h"
+
+namespace zerod::comm {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs body(rank, communicator) on `world` ranks at once.
+void OnRanks(int64_t world, const std::function<void(int64_t, Communicator&)>& body,
+             absl::Duration timeout = absl::Seconds(30)) {
+  static int group = 0;
+  auto store = std::make_shared<PrefixStore>("group" + std::to_string(group++),
+                                             std::make_shared<InMemoryStore>());
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = GlooCommunicator::Create(store, r, world, GlooOptions{"127.0.0.1", timeout});
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      body(r, **comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+float Value(int64_t rank, int64_t i) { return static_cast<float>((rank + 1) * 0.5 + i * 0.25); }
+
+TEST(GlooCommunicator, AllReduceSumsInEveryDtype) {
+  for (int64_t world : {1, 2, 3, 4}) {
+    OnRanks(world, [&](int64_t r, Communicator& c) {
+      const int64_t n = 1001;
+      std::vector<float> f(n);
+      std::vector<uint16_t> b(n), h(n);
+      for (int64_t i = 0; i < n; ++i) {
+        f[i] = Value(r, i);
+        b[i] = FloatToBf16(Value(r, i % 8));
+        h[i] = FloatToFp16(Value(r, i % 8));
+      }
+      ASSERT_TRUE(c.AllReduce(f.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+      ASSERT_TRUE(c.AllReduce(b.data(), n, DType::kBFloat16)->Wait(absl::Seconds(30)).ok());
+      ASSERT_TRUE(c.AllReduce(h.data(), n, DType::kFloat16)->Wait(absl::Seconds(30)).ok());
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0, want_small = 0;
+        for (int64_t q = 0; q < world; ++q) {
+          want += Value(q, i);
+          want_small += Value(q, i % 8);
+        }
+        ASSERT_NEAR(f[i], want, 1e-4 * want) << "world " << world << " i " << i;
+        ASSERT_NEAR(Bf16ToFloat(b[i]), want_small, 2e-2 * want_small);
+        ASSERT_NEAR(Fp16ToFloat(h[i]), want_small, 2e-3 * want_small);
+      }
+    });
+  }
+}
+
+TEST(GlooCommunicator, ReduceScatterAndAllGatherRings) {
+  for (int64_t world : {1, 2, 3, 4}) {
+    OnRanks(world, [&](int64_t r, Communicator& c) {
+      const int64_t chunk = 37;  // odd on purpose
+      std::vector<float> data(static_cast<size_t>(world * chunk));
+      for (int64_t i = 0; i < world * chunk; ++i) data[i] = Value(r, i);
+      ASSERT_TRUE(
+          c.ReduceScatter(data.data(), chunk, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+      for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
+        double want = 0;
+        for (int64_t q = 0; q < world; ++q) want += Value(q, i);
+        ASSERT_NEAR(data[i], want, 1e-4 * want) << "world " << world << " rank " << r;
+      }
+      // All-gather each rank's chunk (marked with its rank) into everyone's buffer.
+      std::vector<uint16_t> gathered(static_cast<size_t>(world * chunk), 0);
+      for (int64_t i = 0; i < chunk; ++i) gathered[r * chunk + i] = FloatToBf16(Value(r, i));
+      ASSERT_TRUE(
+          c.AllGather(gathered.data(), chunk, DType::kBFloat16)->Wait(absl::Seconds(30)).ok());
+      for (int64_t q = 0; q < world; ++q) {
+        for (int64_t i = 0; i < chunk; ++i) {
+          ASSERT_EQ(gathered[q * chunk + i], FloatToBf16(Value(q, i)));
+        }
+      }
+      // Bytes: exactly the ring's (world - 1) chunks each way.
+      EXPECT_EQ(c.BytesSent()["reduce_scatter"], (world - 1) * chunk * 4);
+      EXPECT_EQ(c.BytesSent()["all_gather"], (world - 1) * chunk * 2);
+      EXPECT_EQ(c.BytesReceived()["all_gather"], (world - 1) * chunk * 2);
+    });
+  }
+}
+
+TEST(GlooCommunicator, BroadcastAndBarrier) {
+  OnRanks(3, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(10, static_cast<float>(r));
+    ASSERT_TRUE(c.Broadcast(data.data(), 10, DType::kFloat32, 2)->Wait(absl::Seconds(30)).ok());
+    for (float x : data) ASSERT_EQ(x, 2.0f);
+    ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
+  });
+}
+
+TEST(GlooCommunicator, AbortReleasesAWaiterWithTheReason) {
+  absl::Notification done;
+  OnRanks(2, [&](int64_t r, Communicator& c) {
+    if (r == 1) {  // alive but never joins the collective (a hung rank)
+      done.WaitForNotification();
+      return;
+    }
+    std::vector<float> data(100, 1.0f);
+    auto work = c.AllReduce(data.data(), 100, DType::kFloat32);
+    EXPECT_EQ(work->Wait(absl::Milliseconds(100)).code(), absl::StatusCode::kDeadlineExceeded);
+    c.Abort(absl::UnavailableError("job j: rank 1 was lost (no heartbeat for 10s)"));
+    const absl::Status s = work->Wait(absl::Seconds(5));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 was lost"));
+    // Later collectives fail at once with the same reason.
+    EXPECT_THAT(std::string(c.Barrier()->Wait(absl::Seconds(1)).message()),
+                HasSubstr("rank 1 was lost"));
+    done.Notify();
+  });
+}
+
+TEST(GlooCommunicator, APeerThatDiesFailsTheCollectiveAtOnce) {
+  OnRanks(2, [&](int64_t r, Communicator& c) {
+    if (r == 1) return;  // its communicator closes its connections
+    std::vector<float> data(100, 1.0f);
+    const absl::Status s = c.AllReduce(data.data(), 100, DType::kFloat32)->Wait(absl::Seconds(20));
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("all_reduce on rank 0 failed"));
+  });
+}
+
+}  // namespace
+}  // namespace zerod::comm
