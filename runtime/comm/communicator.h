@@ -6,7 +6,8 @@
 //
 // SPMD contract: every rank of the group calls the same collectives in the same order with the
 // same counts and dtypes. A rank that breaks it would hang or corrupt data in plain Gloo/NCCL;
-// here every collective has a timeout, and CollectiveLog lets the engine compare sequences.
+// here every collective has a timeout, the Gloo backend checks each collective against its ring
+// neighbours first, and the engine's CollectiveLog compares whole sequences.
 //
 // Collectives are asynchronous and run in the order they were called; each returns a Work. The
 // buffers must stay alive and untouched until Wait returns OK. Sums of bf16/fp16 round to the

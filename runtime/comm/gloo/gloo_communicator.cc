@@ -83,7 +83,61 @@ std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
+// What a rank is about to do, exchanged with both ring neighbours before every collective.
+struct Descriptor {
+  int64_t sequence = 0;
+  int64_t kind = 0;  // index into kKinds
+  int64_t count = 0;
+  int64_t dtype = 0;
+};
+constexpr const char* kKinds[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                  "barrier"};
+
+std::string Describe(const Descriptor& d) {
+  const int64_t kind = d.kind >= 0 && d.kind < 5 ? d.kind : 0;
+  return absl::StrCat("#", d.sequence, " ", kKinds[kind], "(",
+                      DTypeName(static_cast<DType>(d.dtype)), " x ", d.count, ")");
+}
+
+int64_t KindIndex(absl::string_view name) {
+  for (int64_t i = 0; i < 5; ++i) {
+    if (name == kKinds[i]) return i;
+  }
+  return 0;
+}
+
 }  // namespace
+
+void GlooCommunicator::Handshake(absl::string_view kind, int64_t count, DType dtype) {
+  ++sequence_;
+  if (world_size_ == 1) return;
+  // Ranks that disagree on a collective must not reach Gloo with different sizes: its transport
+  // aborts the process on a length mismatch. Equal-sized descriptors are always safe.
+  const Descriptor mine{sequence_, KindIndex(kind), count, static_cast<int64_t>(dtype)};
+  Descriptor from_prev, from_next;
+  const int next = static_cast<int>((rank_ + 1) % world_size_);
+  const int prev = static_cast<int>((rank_ + world_size_ - 1) % world_size_);
+  auto out = context_->createUnboundBuffer(const_cast<Descriptor*>(&mine), sizeof(mine));
+  auto in_prev = context_->createUnboundBuffer(&from_prev, sizeof(from_prev));
+  auto in_next = context_->createUnboundBuffer(&from_next, sizeof(from_next));
+  const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
+  const auto timeout = Millis(options_.timeout);
+  out->send(next, slot);
+  out->send(prev, slot);
+  in_prev->recv(prev, slot);
+  in_next->recv(next, slot);
+  in_prev->waitRecv(timeout);
+  in_next->waitRecv(timeout);
+  out->waitSend(timeout);
+  out->waitSend(timeout);
+  for (const auto& [peer, theirs] : {std::pair{prev, from_prev}, std::pair{next, from_next}}) {
+    if (std::memcmp(&theirs, &mine, sizeof(mine)) != 0) {
+      throw std::runtime_error(absl::StrCat("collective mismatch: rank ", rank_, " called ",
+                                            Describe(mine), ", rank ", peer, " called ",
+                                            Describe(theirs)));
+    }
+  }
+}
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     std::shared_ptr<Store> store, int64_t rank, int64_t world_size, GlooOptions options) {
@@ -199,6 +253,7 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
   const int64_t bytes = count * DTypeBytes(dtype);
   const int64_t ring = world_size_ > 1 ? 2 * (world_size_ - 1) * bytes / world_size_ : 0;
   return Enqueue("all_reduce", ring, ring, [this, data, count, dtype] {
+    Handshake("all_reduce", count, dtype);
     if (world_size_ == 1 || count == 0) return;
     gloo::AllreduceOptions opts(context_);
     opts.setTimeout(Millis(options_.timeout));
@@ -261,7 +316,8 @@ std::unique_ptr<Work> GlooCommunicator::ReduceScatter(void* data, int64_t chunk_
                                                       DType dtype) {
   const int64_t chunk_bytes = chunk_count * DTypeBytes(dtype);
   const int64_t moved = (world_size_ - 1) * chunk_bytes;
-  return Enqueue("reduce_scatter", moved, moved, [this, data, chunk_bytes, dtype] {
+  return Enqueue("reduce_scatter", moved, moved, [this, data, chunk_count, chunk_bytes, dtype] {
+    Handshake("reduce_scatter", chunk_count, dtype);
     if (world_size_ > 1 && chunk_bytes > 0) {
       RingReduceScatter(static_cast<char*>(data), chunk_bytes, dtype);
     }
@@ -271,7 +327,8 @@ std::unique_ptr<Work> GlooCommunicator::ReduceScatter(void* data, int64_t chunk_
 std::unique_ptr<Work> GlooCommunicator::AllGather(void* data, int64_t chunk_count, DType dtype) {
   const int64_t chunk_bytes = chunk_count * DTypeBytes(dtype);
   const int64_t moved = (world_size_ - 1) * chunk_bytes;
-  return Enqueue("all_gather", moved, moved, [this, data, chunk_bytes] {
+  return Enqueue("all_gather", moved, moved, [this, data, chunk_count, chunk_bytes, dtype] {
+    Handshake("all_gather", chunk_count, dtype);
     if (world_size_ > 1 && chunk_bytes > 0) RingAllGather(static_cast<char*>(data), chunk_bytes);
   });
 }
@@ -281,7 +338,8 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
   const int64_t bytes = count * DTypeBytes(dtype);
   const bool is_root = root == rank_;
   return Enqueue("broadcast", is_root ? (world_size_ - 1) * bytes : 0, is_root ? 0 : bytes,
-                 [this, data, bytes, root] {
+                 [this, data, count, dtype, bytes, root] {
+                   Handshake("broadcast", count, dtype);
                    if (world_size_ == 1 || bytes == 0) return;
                    gloo::BroadcastOptions opts(context_);
                    opts.setTimeout(Millis(options_.timeout));
@@ -293,6 +351,7 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
 
 std::unique_ptr<Work> GlooCommunicator::Barrier() {
   return Enqueue("barrier", 0, 0, [this] {
+    Handshake("barrier", 0, DType::kFloat32);
     if (world_size_ == 1) return;
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(Millis(options_.timeout));

@@ -58,6 +58,8 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<Work> Enqueue(std::string name, int64_t sent, int64_t received,
                                 std::function<void()> body);
   void Loop();
+  // Runs on the collective thread before each collective; throws on a mismatch with a neighbour.
+  void Handshake(absl::string_view kind, int64_t count, DType dtype);
   void RingReduceScatter(char* data, int64_t chunk_bytes, DType dtype);
   void RingAllGather(char* data, int64_t chunk_bytes);
 
@@ -73,6 +75,7 @@ class GlooCommunicator final : public Communicator {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, int64_t> sent_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> received_ ABSL_GUARDED_BY(mu_);
+  int64_t sequence_ = 0;  // collectives started; touched by the collective thread only
   std::thread thread_;
 };
 

@@ -127,6 +127,21 @@ TEST(GlooCommunicator, AbortReleasesAWaiterWithTheReason) {
   });
 }
 
+TEST(GlooCommunicator, MismatchedCollectivesFailWithBothSidesNamed) {
+  OnRanks(2, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(64, 1.0f);
+    // Rank 0 all-gathers 20 per rank, rank 1 reduce-scatters 16: a broken SPMD order.
+    const absl::Status s =
+        r == 0 ? c.AllGather(data.data(), 20, DType::kFloat32)->Wait(absl::Seconds(20))
+               : c.ReduceScatter(data.data(), 16, DType::kFloat32)->Wait(absl::Seconds(20));
+    EXPECT_FALSE(s.ok());
+    EXPECT_THAT(std::string(s.message()), HasSubstr("collective mismatch"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(r == 0 ? "rank 1 called #1 reduce_scatter(fp32 x 16)"
+                                 : "rank 0 called #1 all_gather(fp32 x 20)"));
+  });
+}
+
 TEST(GlooCommunicator, APeerThatDiesFailsTheCollectiveAtOnce) {
   OnRanks(2, [&](int64_t r, Communicator& c) {
     if (r == 1) return;  // its communicator closes its connections

@@ -1,0 +1,154 @@
+#ifndef ZEROD_RUNTIME_ENGINE_ZERO_ENGINE_H_
+#define ZEROD_RUNTIME_ENGINE_ZERO_ENGINE_H_
+
+// ZeroEngine: ZeRO stages 0-3 for one rank, executed under a ShardPlan.
+//
+// The engine owns the flat buffers the plan lists, allocated at their planned sizes and no more;
+// model tensors are views into them. A training step on the model's side:
+//
+//   for each micro-step:                 (options.accumulation_steps of them)
+//     forward:  Gather(unit) / Param(t) ... Release(unit)   (Gather/Release matter at stage 3)
+//     backward: AccumulateGrad(t, dL/dt * loss_scale()) for every tensor, last tensor first
+//   Step()
+//
+// Gradients of a bucket are reduce-scattered as soon as its last tensor arrives (stages 2-3,
+// asynchronously, while backward goes on) or reduced at Step (stages 0-1: all-reduce at 0,
+// reduce-scatter at 1). Step unscales, checks for overflow on every rank, clips by the global
+// norm, runs Adam on the rank's fp32 shard, and all-gathers the new parameters (stages 1-2).
+// Stage 3 gathers a unit on Gather, prefetches the next one, and refuses a tensor of a unit that
+// is not gathered.
+//
+// The trainer's thread drives the engine; the communicator runs collectives on its own thread.
+// Every rank must make the same calls in the same order (the SPMD contract of Communicator).
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/store.h"
+#include "runtime/common/thread_pool.h"
+#include "runtime/engine/buffer.h"
+#include "runtime/engine/collective_log.h"
+#include "runtime/engine/loss_scaler.h"
+#include "runtime/optim/adam.h"
+#include "runtime/plan/shard_plan.h"
+
+namespace zerod::engine {
+
+struct EngineOptions {
+  optim::AdamConfig adam;
+  // Dynamic loss scaling; enabled automatically when gradients are fp16.
+  LossScaleOptions loss_scale;
+  double max_grad_norm = 0.0;  // 0: no clipping
+  int64_t accumulation_steps = 1;
+  int threads = 1;  // optimizer threads
+  absl::Duration collective_timeout = absl::Seconds(120);
+  // When set, ranks compare their collective sequences through this store every `check_every`
+  // steps (0: only when a collective fails or times out), so divergence is named, not a hang.
+  std::shared_ptr<comm::Store> check_store;
+  int64_t check_every = 0;
+};
+
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t numel = 0;
+};
+
+struct StepResult {
+  bool applied = false;  // false: skipped on every rank (gradient overflow)
+  double grad_norm = 0;  // global, unscaled, before clipping
+  double loss_scale = 1;
+};
+
+class ZeroEngine {
+ public:
+  static absl::StatusOr<std::unique_ptr<ZeroEngine>> Create(
+      std::shared_ptr<const plan::ShardPlan> plan, comm::Communicator* comm, EngineOptions options);
+  ~ZeroEngine();
+
+  const plan::ShardPlan& plan() const { return *plan_; }
+  int64_t rank() const { return rank_; }
+  int64_t step() const { return step_; }
+  double loss_scale() const { return scaler_.scale(); }
+
+  // Sets initial parameters: init(tensor, out) writes the whole tensor in fp32 (every rank
+  // computes the same values); the engine keeps what this rank holds.
+  absl::Status InitParameters(const std::function<void(int64_t, float*)>& init);
+
+  int64_t UnitOf(int64_t tensor) const;
+  int64_t num_units() const { return static_cast<int64_t>(plan_->segments().size()); }
+  absl::Status Gather(int64_t unit);
+  absl::Status Release(int64_t unit);
+
+  // The tensor's parameters (low precision, or fp32 in fp32 training).
+  absl::StatusOr<TensorView> Param(int64_t tensor);
+  absl::Status ParamToFloat(int64_t tensor, float* out);
+  // Adds a gradient (fp32, already multiplied by loss_scale()) for this micro-step.
+  absl::Status AccumulateGrad(int64_t tensor, const float* grad);
+  absl::StatusOr<StepResult> Step(std::optional<double> lr = std::nullopt);
+
+  // Memory held, by category, from the buffers' real sizes; equals the plan's MemoryForRank.
+  plan::MemoryBreakdown MemoryByCategory() const;
+  int64_t AllocatedBytes() const;
+  std::map<std::string, int64_t> BytesSent() const { return comm_->BytesSent(); }
+
+  // The full fp32 parameters in model order, unpadded (a collective: every rank calls it).
+  absl::StatusOr<std::vector<float>> FullMasterParameters();
+
+ private:
+  struct InFlightBucket {
+    int64_t segment = -1;
+    std::unique_ptr<comm::Work> work;
+  };
+
+  ZeroEngine(std::shared_ptr<const plan::ShardPlan> plan, comm::Communicator* comm,
+             EngineOptions options);
+  absl::Status Wait(std::unique_ptr<comm::Work> work);
+  absl::Status WaitReduceScatter(int64_t slot);
+  absl::StatusOr<int64_t> BucketSlotFor(int64_t segment);
+  absl::Status LaunchGather(int64_t unit, int64_t slot);
+  float* Master();
+  DType grad_dtype() const { return plan_->options().grad_dtype; }
+  DType param_dtype() const { return plan_->options().param_dtype; }
+  bool mixed() const { return param_dtype() != DType::kFloat32; }
+
+  const std::shared_ptr<const plan::ShardPlan> plan_;
+  comm::Communicator* const comm_;
+  const EngineOptions options_;
+  const int64_t rank_;
+  const int stage_;
+
+  Buffer params_, grads_, master_, exp_avg_, exp_avg_sq_;
+  std::vector<Buffer> buckets_, gathers_;
+
+  // Backward bookkeeping for the current micro-step.
+  std::vector<bool> grad_seen_;
+  int64_t grads_this_micro_ = 0;
+  int64_t micro_steps_ = 0;
+  std::vector<int64_t> segment_pending_;       // tensors still to come, per segment
+  std::vector<int64_t> segment_bucket_;        // bucket slot per segment, or -1
+  std::vector<InFlightBucket> bucket_flight_;  // per bucket slot
+  int64_t next_bucket_ = 0;
+
+  // Stage 3: gather slots.
+  std::vector<int64_t> unit_slot_;                      // per unit, or -1
+  std::vector<std::unique_ptr<comm::Work>> slot_work_;  // per slot: gather in flight
+  std::vector<int64_t> slot_unit_;                      // per slot, or -1
+  int64_t last_gathered_ = -1;
+  int direction_ = 1;
+
+  LossScaler scaler_;
+  int64_t step_ = 0;
+  CollectiveLog log_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace zerod::engine
+
+#endif  // ZEROD_RUNTIME_ENGINE_ZERO_ENGINE_H_
