@@ -1,0 +1,82 @@
+#ifndef ZEROD_CLIENT_TRAINER_SESSION_H_
+#define ZEROD_CLIENT_TRAINER_SESSION_H_
+
+// TrainerSession: what a trainer process does to take part in a zerod job, in one object. It
+// joins (endpoint, job, rank and world size from the arguments or the ZEROD_* environment that
+// zerorun sets), recomputes and verifies the plan, connects the Gloo communicator through the
+// coordinator's store, and heartbeats with the engine's statistics. When the coordinator reports
+// a lost member, it aborts the communicator so a rank blocked in a collective gets an error that
+// names the lost rank instead of hanging.
+//
+// Owns the client's heartbeat thread (stopped by Leave or the destructor).
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "client/coordinator_client.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/store.h"
+#include "runtime/plan/shard_plan.h"
+
+namespace zerod::client {
+
+struct SessionOptions {
+  std::string endpoint;    // default $ZEROD_ENDPOINT
+  std::string job_id;      // default $ZEROD_JOB
+  int64_t rank = -2;       // default $ZEROD_RANK, else any
+  int64_t world_size = 0;  // default $ZEROD_WORLD_SIZE
+  std::string device = "cpu";
+  int64_t budget_bytes = 0;
+  std::vector<plan::TensorSpec> layout;
+  plan::PlanOptions plan_options;
+  absl::Duration join_timeout = absl::Minutes(10);
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration collective_timeout = absl::Seconds(120);
+};
+
+class TrainerSession {
+ public:
+  static absl::StatusOr<std::unique_ptr<TrainerSession>> Start(SessionOptions options);
+  ~TrainerSession();
+
+  int64_t rank() const { return membership_.rank; }
+  int64_t world_size() const { return membership_.world_size; }
+  int64_t generation() const { return membership_.generation; }
+  const std::string& job_id() const { return options_.job_id; }
+  std::shared_ptr<const plan::ShardPlan> plan() const { return membership_.plan; }
+  comm::Communicator* communicator() { return communicator_.get(); }
+  std::shared_ptr<comm::Store> store() { return store_; }
+  CoordinatorClient& client() { return *client_; }
+
+  // What the next heartbeats carry.
+  void Report(HeartbeatReport report);
+
+  // Turns a failed collective into the coordinator's account of it: waits (up to two lease
+  // TTLs) for the coordinator to name a lost rank and returns that, else `failure` itself.
+  absl::Status Explain(const absl::Status& failure);
+
+  // Stops heartbeating and leaves the job.
+  absl::Status Leave();
+
+ private:
+  TrainerSession() = default;
+  void OnHeartbeat(const absl::StatusOr<v1::HeartbeatResponse>& reply);
+
+  SessionOptions options_;
+  std::shared_ptr<CoordinatorClient> client_;
+  Membership membership_;
+  std::shared_ptr<comm::Store> store_;
+  // Written once by Start (under mu_), read by the heartbeat thread under mu_.
+  std::unique_ptr<comm::Communicator> communicator_;
+  bool left_ = false;
+
+  absl::Mutex mu_;
+  HeartbeatReport report_ ABSL_GUARDED_BY(mu_);
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);  // set once the coordinator reports a loss
+};
+
+}  // namespace zerod::client
+
+#endif  // ZEROD_CLIENT_TRAINER_SESSION_H_

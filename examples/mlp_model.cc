@@ -1,0 +1,145 @@
+#include "examples/mlp_model.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/common/status_macros.h"
+
+namespace zerod::examples {
+namespace {
+
+uint64_t Mix(uint64_t a, uint64_t b) {
+  uint64_t x = a * 0x9e3779b97f4a7c15ull ^ (b + 0x7f4a7c159e3779b9ull);
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  return x ^ (x >> 29);
+}
+
+// The teacher's output for one input (fixed weights from the seed).
+void Teacher(const MlpShape& shape, uint64_t seed, const float* x, float* y) {
+  std::vector<float> a(x, x + shape.inputs), next;
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    std::vector<float> w(static_cast<size_t>(shape.In(l) * shape.Out(l)));
+    std::vector<float> b(static_cast<size_t>(shape.Out(l)));
+    MlpInit(shape, Mix(seed, 0x7eac4e2), 2 * l, w.data());
+    MlpInit(shape, Mix(seed, 0x7eac4e2), 2 * l + 1, b.data());
+    next.assign(static_cast<size_t>(shape.Out(l)), 0.0f);
+    for (int64_t j = 0; j < shape.Out(l); ++j) {
+      float z = b[j] * 4;
+      for (int64_t i = 0; i < shape.In(l); ++i) z += a[i] * w[i * shape.Out(l) + j] * 2;
+      next[j] = l == shape.layers - 1 ? z : std::tanh(z);
+    }
+    a.swap(next);
+  }
+  for (int64_t j = 0; j < shape.outputs; ++j) y[j] = a[j];
+}
+
+}  // namespace
+
+std::vector<plan::TensorSpec> MlpLayout(const MlpShape& shape, DType dtype) {
+  std::vector<plan::TensorSpec> tensors;
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    const std::string unit = absl::StrCat("layer", l);
+    tensors.push_back({unit + ".weight", {shape.In(l), shape.Out(l)}, dtype, unit});
+    tensors.push_back({unit + ".bias", {shape.Out(l)}, dtype, unit});
+  }
+  return tensors;
+}
+
+void MlpInit(const MlpShape& shape, uint64_t seed, int64_t tensor, float* out) {
+  const int64_t layer = tensor / 2;
+  const bool bias = tensor % 2 == 1;
+  const int64_t n = bias ? shape.Out(layer) : shape.In(layer) * shape.Out(layer);
+  const float scale = bias ? 0.01f : 1.0f / std::sqrt(static_cast<float>(shape.In(layer)));
+  std::mt19937_64 rng(Mix(seed, static_cast<uint64_t>(tensor)));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) out[i] = normal(rng) * scale;
+}
+
+Batch MakeBatch(const MlpShape& shape, uint64_t seed, int64_t step, int64_t first, int64_t count) {
+  Batch b;
+  b.size = count;
+  b.x.resize(static_cast<size_t>(count * shape.inputs));
+  b.t.resize(static_cast<size_t>(count * shape.outputs));
+  for (int64_t s = 0; s < count; ++s) {
+    std::mt19937_64 rng(
+        Mix(Mix(seed, static_cast<uint64_t>(step)), static_cast<uint64_t>(first + s)));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int64_t i = 0; i < shape.inputs; ++i) b.x[s * shape.inputs + i] = normal(rng);
+    Teacher(shape, seed, &b.x[s * shape.inputs], &b.t[s * shape.outputs]);
+  }
+  return b;
+}
+
+absl::StatusOr<double> TrainMicroStep(const MlpShape& shape, engine::ZeroEngine& e,
+                                      const Batch& batch) {
+  const int64_t n = batch.size, L = shape.layers;
+  std::vector<std::vector<float>> acts(static_cast<size_t>(L + 1));
+  acts[0] = batch.x;
+  std::vector<float> w, b;
+  // Forward.
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t in = shape.In(l), out = shape.Out(l);
+    ZEROD_RETURN_IF_ERROR(e.Gather(e.UnitOf(2 * l)));
+    w.resize(static_cast<size_t>(in * out));
+    b.resize(static_cast<size_t>(out));
+    ZEROD_RETURN_IF_ERROR(e.ParamToFloat(2 * l, w.data()));
+    ZEROD_RETURN_IF_ERROR(e.ParamToFloat(2 * l + 1, b.data()));
+    ZEROD_RETURN_IF_ERROR(e.Release(e.UnitOf(2 * l)));
+    std::vector<float>& a = acts[static_cast<size_t>(l)];
+    std::vector<float>& z = acts[static_cast<size_t>(l + 1)];
+    z.assign(static_cast<size_t>(n * out), 0.0f);
+    for (int64_t s = 0; s < n; ++s) {
+      for (int64_t j = 0; j < out; ++j) {
+        float acc = b[j];
+        for (int64_t i = 0; i < in; ++i) acc += a[s * in + i] * w[i * out + j];
+        z[s * out + j] = l == L - 1 ? acc : std::tanh(acc);
+      }
+    }
+  }
+  // Loss: mean squared error over the batch's outputs.
+  const std::vector<float>& y = acts[static_cast<size_t>(L)];
+  const double denom = static_cast<double>(n * shape.outputs);
+  double loss = 0;
+  const float scale = static_cast<float>(e.loss_scale());
+  std::vector<float> delta(y.size());
+  for (size_t k = 0; k < y.size(); ++k) {
+    const double d = static_cast<double>(y[k]) - batch.t[k];
+    loss += d * d / denom;
+    delta[k] = static_cast<float>(2.0 * d / denom) * scale;
+  }
+  // Backward, last layer first.
+  std::vector<float> dw, db, da;
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const int64_t in = shape.In(l), out = shape.Out(l);
+    ZEROD_RETURN_IF_ERROR(e.Gather(e.UnitOf(2 * l)));
+    w.resize(static_cast<size_t>(in * out));
+    ZEROD_RETURN_IF_ERROR(e.ParamToFloat(2 * l, w.data()));
+    ZEROD_RETURN_IF_ERROR(e.Release(e.UnitOf(2 * l)));
+    const std::vector<float>& a = acts[static_cast<size_t>(l)];
+    dw.assign(static_cast<size_t>(in * out), 0.0f);
+    db.assign(static_cast<size_t>(out), 0.0f);
+    da.assign(static_cast<size_t>(n * in), 0.0f);
+    for (int64_t s = 0; s < n; ++s) {
+      for (int64_t j = 0; j < out; ++j) {
+        const float d = delta[s * out + j];
+        db[j] += d;
+        for (int64_t i = 0; i < in; ++i) {
+          dw[i * out + j] += a[s * in + i] * d;
+          da[s * in + i] += w[i * out + j] * d;
+        }
+      }
+    }
+    ZEROD_RETURN_IF_ERROR(e.AccumulateGrad(2 * l + 1, db.data()));
+    ZEROD_RETURN_IF_ERROR(e.AccumulateGrad(2 * l, dw.data()));
+    if (l > 0) {
+      // Through tanh: d/dz tanh(z) = 1 - tanh(z)^2, and a = tanh(z).
+      delta.assign(static_cast<size_t>(n * in), 0.0f);
+      for (size_t k = 0; k < da.size(); ++k) delta[k] = da[k] * (1.0f - a[k] * a[k]);
+    }
+  }
+  return loss;
+}
+
+}  // namespace zerod::examples

@@ -1,0 +1,230 @@
+// train_mlp: trains the example MLP with ZeRO under a zerod job, or unsharded with --reference.
+//
+//   zerorun -n 4 -- build/bin/train_mlp --stage 3 --steps 20 --dtype bf16 --seed 1
+//   build/bin/train_mlp --reference --world 4 --steps 20 --dtype bf16 --seed 1
+//
+// Every rank prints "step S loss L time T ms" (its own samples' loss); rank 0 ends with one JSON
+// line: the global final loss, model-state bytes per rank, bytes communicated per step, ...
+// --reference runs one process on the whole global batch (what the ranks split), with no daemon:
+// the numbers a sharded run must reproduce.
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "client/trainer_session.h"
+#include "examples/mlp_model.h"
+#include "nlohmann/json.hpp"
+#include "runtime/comm/gloo/gloo_communicator.h"
+#include "runtime/comm/in_memory_store.h"
+#include "runtime/common/units.h"
+
+namespace {
+
+using namespace zerod;
+
+int Fail(int64_t rank, const absl::Status& s) {
+  std::cerr << "train_mlp: rank " << rank << ": " << s.message() << std::endl;
+  return 1;
+}
+
+long PeakRssKib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string stage_text = "3", dtype_text = "fp32", job, endpoint;
+  int64_t steps = 10, world = 0, batch = 48, accumulation = 1;
+  uint64_t seed = 1;
+  double lr = 1e-2, clip = 0.0;
+  bool reference = false;
+  examples::MlpShape shape;
+  CLI::App app{"train_mlp: the example MLP trained with ZeRO under zerod"};
+  app.add_option("--stage", stage_text, "0, 1, 2, 3 or auto")->capture_default_str();
+  app.add_option("--steps", steps, "Optimizer steps")->capture_default_str();
+  app.add_option("--dtype", dtype_text, "fp32, bf16 or fp16")->capture_default_str();
+  app.add_option("--seed", seed, "Data and initialisation seed")->capture_default_str();
+  app.add_option("--job", job, "Job id (default $ZEROD_JOB)");
+  app.add_option("--endpoint", endpoint, "zerod endpoint (default $ZEROD_ENDPOINT)");
+  app.add_option("--world", world,
+                 "Ranks (default $ZEROD_WORLD_SIZE; with --reference: the "
+                 "world whose global batch to train on)");
+  app.add_option("--batch", batch, "Global batch, split evenly over the ranks")
+      ->capture_default_str();
+  app.add_option("--accumulation", accumulation, "Micro-steps per step")->capture_default_str();
+  app.add_option("--lr", lr, "Adam learning rate")->capture_default_str();
+  app.add_option("--clip", clip, "Clip gradients to this global norm (0: off)");
+  app.add_option("--hidden", shape.hidden, "Hidden width")->capture_default_str();
+  app.add_option("--layers", shape.layers, "Layers (each a stage-3 gather unit)")
+      ->capture_default_str();
+  app.add_flag("--reference", reference, "Unsharded single-process run, no daemon");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "train_mlp: " << e.what() << std::endl;
+    return 2;
+  }
+  auto dtype = ParseDType(dtype_text);
+  if (!dtype.ok()) {
+    std::cerr << "train_mlp: --dtype: " << dtype.status().message() << std::endl;
+    return 2;
+  }
+  int stage = plan::kAutoStage;
+  if (stage_text != "auto") {
+    if (stage_text.size() != 1 || stage_text[0] < '0' || stage_text[0] > '3') {
+      std::cerr << "train_mlp: --stage: expected 0, 1, 2, 3 or auto, got '" << stage_text << "'"
+                << std::endl;
+      return 2;
+    }
+    stage = stage_text[0] - '0';
+  }
+  if (steps < 1 || batch < 1 || accumulation < 1 || shape.layers < 1 || shape.hidden < 1) {
+    std::cerr << "train_mlp: --steps, --batch, --accumulation, --layers and --hidden must be "
+                 "at least 1"
+              << std::endl;
+    return 2;
+  }
+  plan::PlanOptions plan_options;
+  plan_options.stage = stage;
+  plan_options.param_dtype = *dtype;
+  plan_options.grad_dtype = *dtype;
+  plan_options.reduce_bucket_bytes = 64 << 10;  // small buckets: a small model still overlaps
+  const std::vector<plan::TensorSpec> layout = examples::MlpLayout(shape, *dtype);
+
+  // The run's pieces: a session and its communicator, or (reference) one local rank.
+  std::unique_ptr<client::TrainerSession> session;
+  std::unique_ptr<comm::Communicator> local_comm;
+  std::shared_ptr<const plan::ShardPlan> plan;
+  comm::Communicator* communicator = nullptr;
+  int64_t rank = 0;
+  if (reference) {
+    if (world == 0) world = 1;
+    plan::PlanInput input{layout, plan_options};
+    input.options.world_size = 1;
+    input.options.stage = 0;
+    auto p = plan::ShardPlan::Create(input);
+    if (!p.ok()) return Fail(0, p.status());
+    plan = std::make_shared<const plan::ShardPlan>(*std::move(p));
+    auto c = comm::GlooCommunicator::Create(std::make_shared<comm::InMemoryStore>(), 0, 1, {});
+    if (!c.ok()) return Fail(0, c.status());
+    local_comm = *std::move(c);
+    communicator = local_comm.get();
+  } else {
+    client::SessionOptions options;
+    options.endpoint = endpoint;
+    options.job_id = job;
+    options.world_size = world;
+    options.layout = layout;
+    options.plan_options = plan_options;
+    auto s = client::TrainerSession::Start(options);
+    if (!s.ok()) return Fail(-1, s.status());
+    session = *std::move(s);
+    plan = session->plan();
+    communicator = session->communicator();
+    rank = session->rank();
+    world = session->world_size();
+  }
+  if (batch % world != 0) {
+    return Fail(rank, absl::InvalidArgumentError(absl::StrCat(
+                          "--batch ", batch, " does not split evenly over ", world, " ranks")));
+  }
+  const int64_t local = reference ? batch : batch / world;
+  const int64_t first_sample = reference ? 0 : rank * local;
+
+  engine::EngineOptions engine_options;
+  engine_options.adam.lr = lr;
+  engine_options.max_grad_norm = clip;
+  engine_options.accumulation_steps = accumulation;
+  if (session) engine_options.check_store = session->store();
+  auto created = engine::ZeroEngine::Create(plan, communicator, engine_options);
+  if (!created.ok()) return Fail(rank, created.status());
+  engine::ZeroEngine& e = **created;
+  absl::Status status =
+      e.InitParameters([&](int64_t t, float* out) { examples::MlpInit(shape, seed, t, out); });
+  if (!status.ok()) return Fail(rank, status);
+
+  auto report = [&](int64_t step) {
+    if (!session) return;
+    client::HeartbeatReport r;
+    r.step = step;
+    const plan::MemoryBreakdown memory = e.MemoryByCategory();
+    for (int c = 0; c < plan::kMemoryCategoryCount; ++c) {
+      r.memory_bytes[std::string(plan::MemoryCategoryName(static_cast<plan::MemoryCategory>(c)))] =
+          memory.bytes[c];
+    }
+    r.comm_bytes = e.BytesSent();
+    session->Report(r);
+  };
+  report(0);
+  double last_loss = 0, total_ms = 0;
+  for (int64_t step = 1; step <= steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    double loss = 0;
+    for (int64_t micro = 0; micro < accumulation && status.ok(); ++micro) {
+      // Micro-steps of one step use consecutive blocks of the global sample stream.
+      const examples::Batch b =
+          examples::MakeBatch(shape, seed, step * accumulation + micro, first_sample, local);
+      auto micro_loss = examples::TrainMicroStep(shape, e, b);
+      status = micro_loss.status();
+      if (micro_loss.ok()) loss += *micro_loss / static_cast<double>(accumulation);
+    }
+    absl::StatusOr<engine::StepResult> result =
+        status.ok() ? e.Step() : absl::StatusOr<engine::StepResult>(status);
+    if (!result.ok())
+      return Fail(rank, session ? session->Explain(result.status()) : result.status());
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (step > 1) total_ms += ms;
+    last_loss = loss;
+    std::printf("step %ld loss %.6f time %.2f ms%s\n", static_cast<long>(step), loss, ms,
+                result->applied ? "" : " (skipped: gradient overflow)");
+    std::fflush(stdout);
+    report(step);
+  }
+  std::map<std::string, int64_t> sent = e.BytesSent();
+  int64_t sent_total = 0;
+  for (const auto& [name, bytes] : sent) sent_total += bytes;
+  // The global final loss: the mean of every rank's (equal-sized) batch loss.
+  float global_loss = static_cast<float>(last_loss);
+  if (world > 1 && !reference) {
+    status = communicator->AllReduce(&global_loss, 1, DType::kFloat32)->Wait(absl::Seconds(60));
+    if (!status.ok()) return Fail(rank, session->Explain(status));
+    global_loss /= static_cast<float>(world);
+  }
+  if (rank == 0) {
+    const plan::MemoryBreakdown memory = e.MemoryByCategory();
+    nlohmann::json out = {
+        {"job", session ? session->job_id() : "reference"},
+        {"reference", reference},
+        {"stage", plan->stage()},
+        {"world_size", world},
+        {"dtype", std::string(DTypeName(*dtype))},
+        {"steps", steps},
+        {"params", plan->total_numel()},
+        {"final_loss", global_loss},
+        {"model_state_bytes_per_rank", memory.ModelState()},
+        {"allocated_bytes_per_rank", e.AllocatedBytes()},
+        {"paper_model_state_bytes_per_rank", std::llround(plan->PaperModelStateBytes())},
+        {"comm_bytes_per_step", sent_total / steps},
+        {"comm_bytes_by_collective", sent},
+        {"step_time_ms", steps > 1 ? total_ms / static_cast<double>(steps - 1) : 0.0},
+        {"peak_rss_kib", PeakRssKib()},
+        {"plan_digest", plan->DigestHex()}};
+    std::printf("%s\n", out.dump().c_str());
+  }
+  if (session) {
+    status = session->Leave();
+    if (!status.ok()) return Fail(rank, status);
+  }
+  return 0;
+}
