@@ -221,7 +221,7 @@ int Memory(CoordinatorClient& c, const LiveFlags& f, std::ostream& out, std::ost
         reported_json[name] = it->second;
         reported_total += it->second;
       }
-      if (!f.json && (expected[cat] != 0 || has)) {
+      if (!f.json && (expected[cat] != 0 || (has && it->second != 0))) {
         out << absl::StrFormat("%-6s %-16s %14s %14s\n", k == 0 ? absl::StrCat(m.rank()) : "", name,
                                FormatBytes(static_cast<double>(expected[cat])),
                                has ? FormatBytes(static_cast<double>(it->second)) : "-");

@@ -127,7 +127,9 @@ int main(int argc, char** argv) {
     sigset_t none;
     sigemptyset(&none);
     posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+    // Each rank leads its own process group, so a signal reaches everything it started.
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
     const int rc = posix_spawnp(&procs[r].pid, args[0], &actions, &attr, args.data(), env.data());
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&actions);
@@ -135,7 +137,7 @@ int main(int argc, char** argv) {
     close(err[1]);
     if (rc != 0) {
       std::cerr << "zerorun: cannot start " << command[0] << ": " << std::strerror(rc) << "\n";
-      for (int q = 0; q < r; ++q) kill(procs[q].pid, SIGTERM);
+      for (int q = 0; q < r; ++q) kill(-procs[q].pid, SIGTERM);
       return 1;
     }
     procs[r].out = out[0];
@@ -147,7 +149,7 @@ int main(int argc, char** argv) {
   long kill_deadline_ms = -1;
   auto stop_all = [&](int signal) {
     for (auto& p : procs) {
-      if (!p.exited) kill(p.pid, signal);
+      if (!p.exited) kill(-p.pid, signal);
     }
   };
   while (alive > 0) {
@@ -206,11 +208,12 @@ int main(int argc, char** argv) {
       }
     }
   }
-  // Drain what is left in the pipes.
+  // Drain what is left in the pipes, without waiting on a grandchild that still holds one.
   char buf[65536];
   for (int r = 0; r < ranks; ++r) {
     for (int* fd : {&procs[r].out, &procs[r].err}) {
       if (*fd < 0) continue;
+      fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) | O_NONBLOCK);
       std::string& pending = fd == &procs[r].out ? procs[r].out_line : procs[r].err_line;
       for (ssize_t n; (n = read(*fd, buf, sizeof(buf))) > 0;)
         pending.append(buf, static_cast<size_t>(n));
