@@ -91,10 +91,15 @@ absl::StatusOr<double> TrainMicroStep(const MlpShape& shape, engine::ZeroEngine&
     std::vector<float>& z = acts[static_cast<size_t>(l + 1)];
     z.assign(static_cast<size_t>(n * out), 0.0f);
     for (int64_t s = 0; s < n; ++s) {
-      for (int64_t j = 0; j < out; ++j) {
-        float acc = b[j];
-        for (int64_t i = 0; i < in; ++i) acc += a[s * in + i] * w[i * out + j];
-        z[s * out + j] = l == L - 1 ? acc : std::tanh(acc);
+      float* zs = &z[s * out];
+      for (int64_t j = 0; j < out; ++j) zs[j] = b[j];
+      for (int64_t i = 0; i < in; ++i) {  // row-major walk over w: contiguous
+        const float x = a[s * in + i];
+        const float* wi = &w[i * out];
+        for (int64_t j = 0; j < out; ++j) zs[j] += x * wi[j];
+      }
+      if (l < L - 1) {
+        for (int64_t j = 0; j < out; ++j) zs[j] = std::tanh(zs[j]);
       }
     }
   }
@@ -122,13 +127,18 @@ absl::StatusOr<double> TrainMicroStep(const MlpShape& shape, engine::ZeroEngine&
     db.assign(static_cast<size_t>(out), 0.0f);
     da.assign(static_cast<size_t>(n * in), 0.0f);
     for (int64_t s = 0; s < n; ++s) {
-      for (int64_t j = 0; j < out; ++j) {
-        const float d = delta[s * out + j];
-        db[j] += d;
-        for (int64_t i = 0; i < in; ++i) {
-          dw[i * out + j] += a[s * in + i] * d;
-          da[s * in + i] += w[i * out + j] * d;
+      const float* ds = &delta[s * out];
+      for (int64_t j = 0; j < out; ++j) db[j] += ds[j];
+      for (int64_t i = 0; i < in; ++i) {
+        const float x = a[s * in + i];
+        float* dwi = &dw[i * out];
+        const float* wi = &w[i * out];
+        float back = 0;
+        for (int64_t j = 0; j < out; ++j) {
+          dwi[j] += x * ds[j];
+          back += wi[j] * ds[j];
         }
+        da[s * in + i] = back;
       }
     }
     ZEROD_RETURN_IF_ERROR(e.AccumulateGrad(2 * l + 1, db.data()));

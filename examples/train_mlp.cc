@@ -201,6 +201,8 @@ int main(int argc, char** argv) {
     if (!status.ok()) return Fail(rank, session->Explain(status));
     global_loss /= static_cast<float>(world);
   }
+  std::printf("rank %ld: peak_rss_kib %ld, step_time_ms %.3f\n", static_cast<long>(rank),
+              PeakRssKib(), steps > 1 ? total_ms / static_cast<double>(steps - 1) : 0.0);
   if (rank == 0) {
     const plan::MemoryBreakdown memory = e.MemoryByCategory();
     nlohmann::json out = {
