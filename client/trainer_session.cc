@@ -132,6 +132,13 @@ absl::Status TrainerSession::Leave() {
   if (left_) return absl::OkStatus();
   left_ = true;
   client_->StopHeartbeats();
+  // A last heartbeat, so what the job shows afterwards is the run's final state.
+  HeartbeatReport last;
+  {
+    absl::MutexLock lock(&mu_);
+    last = report_;
+  }
+  (void)client_->Heartbeat(options_.job_id, membership_.rank, membership_.generation, last);
   auto generation = client_->Leave(options_.job_id, membership_.rank);
   return generation.status();
 }

@@ -57,7 +57,7 @@ class TrainerSession {
   // TTLs) for the coordinator to name a lost rank and returns that, else `failure` itself.
   absl::Status Explain(const absl::Status& failure);
 
-  // Stops heartbeating and leaves the job.
+  // Sends a last heartbeat with the latest report, stops heartbeating and leaves the job.
   absl::Status Leave();
 
  private:

@@ -68,7 +68,8 @@ TEST(Train, EveryStageEndsWhereTheUnshardedRunEnds) {
       // The job's members reported the plan's memory while they trained.
       const ProcessResult memory = zerod.Zeroctl({"memory", job, "--json"});
       ASSERT_EQ(memory.exit_code, 0) << memory.err;
-      for (const json& rank : json::parse(memory.out)["ranks"]) {
+      const json report = json::parse(memory.out);
+      for (const json& rank : report["ranks"]) {
         EXPECT_EQ(rank["plan_total_bytes"], rank["reported_total_bytes"]) << job;
       }
     }
