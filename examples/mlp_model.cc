@@ -16,25 +16,6 @@ uint64_t Mix(uint64_t a, uint64_t b) {
   return x ^ (x >> 29);
 }
 
-// The teacher's output for one input (fixed weights from the seed).
-void Teacher(const MlpShape& shape, uint64_t seed, const float* x, float* y) {
-  std::vector<float> a(x, x + shape.inputs), next;
-  for (int64_t l = 0; l < shape.layers; ++l) {
-    std::vector<float> w(static_cast<size_t>(shape.In(l) * shape.Out(l)));
-    std::vector<float> b(static_cast<size_t>(shape.Out(l)));
-    MlpInit(shape, Mix(seed, 0x7eac4e2), 2 * l, w.data());
-    MlpInit(shape, Mix(seed, 0x7eac4e2), 2 * l + 1, b.data());
-    next.assign(static_cast<size_t>(shape.Out(l)), 0.0f);
-    for (int64_t j = 0; j < shape.Out(l); ++j) {
-      float z = b[j] * 4;
-      for (int64_t i = 0; i < shape.In(l); ++i) z += a[i] * w[i * shape.Out(l) + j] * 2;
-      next[j] = l == shape.layers - 1 ? z : std::tanh(z);
-    }
-    a.swap(next);
-  }
-  for (int64_t j = 0; j < shape.outputs; ++j) y[j] = a[j];
-}
-
 }  // namespace
 
 std::vector<plan::TensorSpec> MlpLayout(const MlpShape& shape, DType dtype) {
@@ -57,17 +38,43 @@ void MlpInit(const MlpShape& shape, uint64_t seed, int64_t tensor, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = normal(rng) * scale;
 }
 
-Batch MakeBatch(const MlpShape& shape, uint64_t seed, int64_t step, int64_t first, int64_t count) {
+Dataset::Dataset(const MlpShape& shape, uint64_t seed) : shape_(shape), seed_(seed) {
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    weights_.emplace_back(static_cast<size_t>(shape.In(l) * shape.Out(l)));
+    biases_.emplace_back(static_cast<size_t>(shape.Out(l)));
+    MlpInit(shape, Mix(seed, 0x7eac4e2), 2 * l, weights_.back().data());
+    MlpInit(shape, Mix(seed, 0x7eac4e2), 2 * l + 1, biases_.back().data());
+  }
+}
+
+void Dataset::Teacher(const float* x, float* y) const {
+  std::vector<float> a(x, x + shape_.inputs), next;
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    const std::vector<float>& w = weights_[static_cast<size_t>(l)];
+    next.assign(static_cast<size_t>(shape_.Out(l)), 0.0f);
+    for (int64_t j = 0; j < shape_.Out(l); ++j) next[j] = biases_[static_cast<size_t>(l)][j] * 4;
+    for (int64_t i = 0; i < shape_.In(l); ++i) {
+      for (int64_t j = 0; j < shape_.Out(l); ++j) next[j] += a[i] * w[i * shape_.Out(l) + j] * 2;
+    }
+    if (l < shape_.layers - 1) {
+      for (float& v : next) v = std::tanh(v);
+    }
+    a.swap(next);
+  }
+  for (int64_t j = 0; j < shape_.outputs; ++j) y[j] = a[j];
+}
+
+Batch Dataset::Make(int64_t step, int64_t first, int64_t count) const {
   Batch b;
   b.size = count;
-  b.x.resize(static_cast<size_t>(count * shape.inputs));
-  b.t.resize(static_cast<size_t>(count * shape.outputs));
+  b.x.resize(static_cast<size_t>(count * shape_.inputs));
+  b.t.resize(static_cast<size_t>(count * shape_.outputs));
   for (int64_t s = 0; s < count; ++s) {
     std::mt19937_64 rng(
-        Mix(Mix(seed, static_cast<uint64_t>(step)), static_cast<uint64_t>(first + s)));
+        Mix(Mix(seed_, static_cast<uint64_t>(step)), static_cast<uint64_t>(first + s)));
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (int64_t i = 0; i < shape.inputs; ++i) b.x[s * shape.inputs + i] = normal(rng);
-    Teacher(shape, seed, &b.x[s * shape.inputs], &b.t[s * shape.outputs]);
+    for (int64_t i = 0; i < shape_.inputs; ++i) b.x[s * shape_.inputs + i] = normal(rng);
+    Teacher(&b.x[s * shape_.inputs], &b.t[s * shape_.outputs]);
   }
   return b;
 }

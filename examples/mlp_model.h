@@ -29,13 +29,27 @@ std::vector<plan::TensorSpec> MlpLayout(const MlpShape& shape, DType dtype);
 // Deterministic initial value of element i of tensor t (scaled like Xavier).
 void MlpInit(const MlpShape& shape, uint64_t seed, int64_t tensor, float* out);
 
-// Samples [first, first + count) of step `step`'s global batch: inputs and teacher targets.
 struct Batch {
   int64_t size = 0;
   std::vector<float> x;  // size x inputs
   std::vector<float> t;  // size x outputs
 };
-Batch MakeBatch(const MlpShape& shape, uint64_t seed, int64_t step, int64_t first, int64_t count);
+
+// The synthetic data set: inputs drawn per (seed, step, sample), targets from a fixed random
+// teacher network of the same shape (its weights drawn once).
+class Dataset {
+ public:
+  Dataset(const MlpShape& shape, uint64_t seed);
+  // Samples [first, first + count) of step `step`'s global batch.
+  Batch Make(int64_t step, int64_t first, int64_t count) const;
+
+ private:
+  void Teacher(const float* x, float* y) const;
+
+  MlpShape shape_;
+  uint64_t seed_;
+  std::vector<std::vector<float>> weights_, biases_;
+};
 
 // One micro-step on `engine`: forward (gathering each unit), mean-squared-error loss over the
 // batch, backward (gradients times the engine's loss scale). Returns the batch's loss.

@@ -166,14 +166,14 @@ int main(int argc, char** argv) {
     session->Report(r);
   };
   report(0);
+  const examples::Dataset data(shape, seed);
   double last_loss = 0, total_ms = 0;
   for (int64_t step = 1; step <= steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     double loss = 0;
     for (int64_t micro = 0; micro < accumulation && status.ok(); ++micro) {
       // Micro-steps of one step use consecutive blocks of the global sample stream.
-      const examples::Batch b =
-          examples::MakeBatch(shape, seed, step * accumulation + micro, first_sample, local);
+      const examples::Batch b = data.Make(step * accumulation + micro, first_sample, local);
       auto micro_loss = examples::TrainMicroStep(shape, e, b);
       status = micro_loss.status();
       if (micro_loss.ok()) loss += *micro_loss / static_cast<double>(accumulation);
