@@ -4,7 +4,6 @@
 
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -170,6 +169,43 @@ void SqliteKvStore::WriterLoop() {
   }
 }
 
+absl::Status SqliteKvStore::WriteStaged(
+    const std::map<std::string, std::optional<KeyValue>>& staged, int64_t revision) {
+  if (absl::Status s = Exec(db_, "BEGIN IMMEDIATE"); !s.ok()) return s;
+  absl::Status status = [&]() -> absl::Status {
+    auto put = Prepare(db_,
+                       "INSERT OR REPLACE INTO kv (key, value, create_rev, mod_rev, version) "
+                       "VALUES (?, ?, ?, ?, ?)");
+    auto del = Prepare(db_, "DELETE FROM kv WHERE key = ?");
+    auto meta = Prepare(db_, "UPDATE meta SET revision = ? WHERE id = 0");
+    if (!put.ok()) return put.status();
+    if (!del.ok()) return del.status();
+    if (!meta.ok()) return meta.status();
+    for (const auto& [key, entry] : staged) {
+      sqlite3_stmt* stmt = entry ? put->get() : del->get();
+      sqlite3_reset(stmt);
+      sqlite3_bind_blob(stmt, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+      if (entry) {
+        sqlite3_bind_blob(stmt, 2, entry->value.data(), static_cast<int>(entry->value.size()),
+                          SQLITE_STATIC);
+        sqlite3_bind_int64(stmt, 3, entry->create_revision);
+        sqlite3_bind_int64(stmt, 4, entry->mod_revision);
+        sqlite3_bind_int64(stmt, 5, entry->version);
+      }
+      if (sqlite3_step(stmt) != SQLITE_DONE) return SqlError(db_, "write");
+    }
+    sqlite3_bind_int64(meta->get(), 1, revision);
+    if (sqlite3_step(meta->get()) != SQLITE_DONE) return SqlError(db_, "write revision");
+    return absl::OkStatus();
+  }();
+  if (status.ok() && sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    status = SqlError(db_, "commit");
+  }
+  // Nothing of a failed batch may stay behind.
+  if (!status.ok()) Exec(db_, "ROLLBACK").IgnoreError();
+  return status;
+}
+
 void SqliteKvStore::ProcessBatch(std::vector<Pending> batch) {
   // Staged view of this batch over the committed data: key -> entry (nullopt: deleted).
   std::map<std::string, std::optional<KeyValue>> staged;
@@ -269,44 +305,7 @@ void SqliteKvStore::ProcessBatch(std::vector<Pending> batch) {
     outcomes.push_back(std::move(result));
   }
 
-  absl::Status written = absl::OkStatus();
-  if (!staged.empty()) {
-    written = [&]() -> absl::Status {
-      if (absl::Status s = Exec(db_, "BEGIN IMMEDIATE"); !s.ok()) return s;
-      absl::Cleanup rollback = [&] { Exec(db_, "ROLLBACK").IgnoreError(); };
-      auto put = Prepare(db_,
-                         "INSERT OR REPLACE INTO kv (key, value, create_rev, mod_rev, version) "
-                         "VALUES (?, ?, ?, ?, ?)");
-      auto del = Prepare(db_, "DELETE FROM kv WHERE key = ?");
-      auto meta = Prepare(db_, "UPDATE meta SET revision = ? WHERE id = 0");
-      if (!put.ok()) return put.status();
-      if (!del.ok()) return del.status();
-      if (!meta.ok()) return meta.status();
-      for (const auto& [key, entry] : staged) {
-        sqlite3_stmt* stmt = entry ? put->get() : del->get();
-        sqlite3_reset(stmt);
-        sqlite3_bind_blob(stmt, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
-        if (entry) {
-          sqlite3_bind_blob(stmt, 2, entry->value.data(), static_cast<int>(entry->value.size()),
-                            SQLITE_STATIC);
-          sqlite3_bind_int64(stmt, 3, entry->create_revision);
-          sqlite3_bind_int64(stmt, 4, entry->mod_revision);
-          sqlite3_bind_int64(stmt, 5, entry->version);
-        }
-        if (sqlite3_step(stmt) != SQLITE_DONE) return SqlError(db_, "write");
-      }
-      sqlite3_bind_int64(meta->get(), 1, revision);
-      if (sqlite3_step(meta->get()) != SQLITE_DONE) return SqlError(db_, "write revision");
-      put->reset();
-      del->reset();
-      meta->reset();
-      if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-        return SqlError(db_, "commit");
-      }
-      std::move(rollback).Cancel();
-      return absl::OkStatus();
-    }();
-  }
+  const absl::Status written = staged.empty() ? absl::OkStatus() : WriteStaged(staged, revision);
 
   if (written.ok() && !staged.empty()) {
     {

@@ -55,6 +55,9 @@ class SqliteKvStore final : public KvStore {
   absl::Status Load();
   void WriterLoop();
   void ProcessBatch(std::vector<Pending> batch);
+  // Writes one batch's changes in one SQLite transaction; rolls back on any failure.
+  absl::Status WriteStaged(const std::map<std::string, std::optional<KeyValue>>& staged,
+                           int64_t revision);
 
   sqlite3* const db_;
 
