@@ -1,0 +1,44 @@
+#ifndef ZEROD_RUNTIME_OPTIM_CUDA_ADAM_CUDA_H_
+#define ZEROD_RUNTIME_OPTIM_CUDA_ADAM_CUDA_H_
+
+// Device kernels of the optimizer step, for shards in GPU memory (plain cudaMalloc):
+// - a fused multi-tensor Adam/AdamW: the CPU kernel's formula and order of operations (no fused
+//   multiply-add), reading fp32/bf16/fp16 gradients, updating master, m and v and writing the
+//   low-precision copy in one pass, with 16-byte loads;
+// - unscale with a non-finite check, squared-norm partial sums for global clipping, dtype casts.
+// All run on the given stream and return without synchronising.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/optim/adam.h"
+
+namespace zerod::optim::cuda {
+
+// Launches Adam over every shard (device pointers; each shard's numel a multiple of 4 except the
+// last, pointers 16-byte aligned). At most kMaxShardsPerLaunch shards per launch; more are split.
+inline constexpr int kMaxShardsPerLaunch = 48;
+absl::Status AdamStep(const std::vector<AdamShard>& shards, const AdamScalars& scalars,
+                      cudaStream_t stream);
+
+// grad *= scale in place; sets *found_nonfinite (device int, zeroed by the caller) when any
+// element is inf or NaN.
+absl::Status UnscaleAndCheck(void* grad, DType dtype, int64_t numel, float scale,
+                             int* found_nonfinite, cudaStream_t stream);
+
+// Writes per-block partial sums of squares of `numel` elements into `partials` (device, at
+// least SquaredNormBlocks(numel) floats); the caller adds them up.
+int SquaredNormBlocks(int64_t numel);
+absl::Status SquaredNormPartials(const void* data, DType dtype, int64_t numel, float* partials,
+                                 cudaStream_t stream);
+
+// dst[i] = src[i] converted between fp32, bf16 and fp16 (round to nearest even).
+absl::Status Cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t numel,
+                  cudaStream_t stream);
+
+}  // namespace zerod::optim::cuda
+
+#endif  // ZEROD_RUNTIME_OPTIM_CUDA_ADAM_CUDA_H_

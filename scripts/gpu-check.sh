@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# GPU checks for a machine with an NVIDIA GPU, using a build made elsewhere and carried here (it
+# compiles nothing): the gpu-labelled tests (CUDA Adam against CPU Adam, NCCL collectives on every
+# visible GPU), then the fused-Adam benchmark beside a device-to-device copy and one step at 2^28
+# parameters. Writes summary.txt and the raw logs under $OUT when it is set. About 2 minutes.
+#
+#   scripts/gpu-check.sh [BUILD_DIR]     (default: build)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+summary="$out/summary.txt"
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+say "gpu-check $(date -u +%FT%TZ) on $(hostname)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$summary"
+if [ ! -x "$build/bin/adam_cuda_bench" ]; then
+  say "no CUDA build in $build (configure with nvcc present, or -DZEROD_CUDA=ON, and build here first)"
+  exit 1
+fi
+# The CUDA runtime and NCCL the build linked against.
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:/usr/local/cuda/lib"
+
+status=0
+# The test binaries run directly: ctest's files hold the paths of the machine that configured.
+for t in adam_cuda_test nccl_communicator_test; do
+  say "== $t"
+  timeout 120 "$build/tests/$t" >"$out/$t.log" 2>&1 || status=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|skipped: no CUDA device" "$out/$t.log" | tee -a "$summary"
+  if grep -q "skipped: no CUDA device" "$out/$t.log"; then status=2; fi
+done
+say "== adam_cuda_bench --log2 28"
+timeout 120 "$build/bin/adam_cuda_bench" --log2 28 >"$out/adam-bench.log" 2>&1 || status=1
+tee -a "$summary" <"$out/adam-bench.log"
+case $status in
+  0) say "result: ok" ;;
+  2) say "result: no CUDA device visible: nothing was checked" ;;
+  *) say "result: FAILED" ;;
+esac
+exit $status
