@@ -32,7 +32,6 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   next_chunk_ = 0;
   pending_ = static_cast<int64_t>(chunks_.size());
   task_ = &fn;
-  ++generation_;
   // The caller works too, then waits for the rest.
   while (next_chunk_ < chunks_.size()) {
     const auto [begin, end] = chunks_[next_chunk_++];

@@ -36,7 +36,6 @@ class ThreadPool {
   std::vector<std::pair<int64_t, int64_t>> chunks_ ABSL_GUARDED_BY(mu_);
   size_t next_chunk_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pending_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
