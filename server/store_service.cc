@@ -1,5 +1,6 @@
 #include "server/store_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 
@@ -322,7 +323,21 @@ grpc::ServerUnaryReactor* StoreService::Barrier(grpc::CallbackServerContext* con
   const absl::Time deadline =
       std::min(absl::Now() + absl::Milliseconds(std::max<int64_t>(request->timeout_ms(), 0)),
                WaitDeadline(context, limits_.longest_wait));
-  timers_.Schedule(deadline, [waiter] { waiter->Complete(absl::DeadlineExceededError("")); });
+  timers_.Schedule(deadline, [this, prefix, waiter] {
+    {
+      // Forget the waiter, so a barrier that never completes does not keep it.
+      absl::MutexLock lock(&mu_);
+      auto state = barriers_.find(prefix);
+      if (state != barriers_.end()) {
+        auto& waiters = state->second.waiters;
+        waiters.erase(std::remove_if(waiters.begin(), waiters.end(),
+                                     [&](const auto& w) { return w.second == waiter; }),
+                      waiters.end());
+        if (waiters.empty()) barriers_.erase(state);
+      }
+    }
+    waiter->Complete(absl::DeadlineExceededError(""));
+  });
   kv_->Commit({KvOp::Put(prefix + absl::StrCat(request->participant()), "1")},
               [waiter](absl::StatusOr<CommitResult> r) {
                 if (!r.ok()) waiter->Complete(r.status());
