@@ -9,6 +9,10 @@
 #include "client/coordinator_store.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/prefix_store.h"
+#if defined(ZEROD_HAVE_CUDA)
+#include "absl/strings/match.h"
+#include "runtime/engine/cuda/cuda_ops.h"
+#endif
 
 namespace zerod::client {
 namespace {
@@ -42,6 +46,18 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
   if (o.world_size < 1) {
     return absl::InvalidArgumentError("no world size: pass it or set ZEROD_WORLD_SIZE");
   }
+#if defined(ZEROD_HAVE_CUDA)
+  // A rank on a GPU ("cuda" or "cuda:N") offers what the device has free unless told otherwise.
+  if (o.budget_bytes == 0 && absl::StartsWith(o.device, "cuda")) {
+    int device = 0;
+    if (o.device.size() > 5 && !absl::SimpleAtoi(o.device.substr(5), &device)) {
+      return absl::InvalidArgumentError(absl::StrCat("device '", o.device, "' is not cuda:N"));
+    }
+    auto free = engine::FreeDeviceMemory(device);
+    if (!free.ok()) return free.status();
+    o.budget_bytes = *free;
+  }
+#endif
   std::unique_ptr<TrainerSession> s(new TrainerSession());
   s->options_ = o;
   ClientOptions client_options;

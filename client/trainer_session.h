@@ -23,11 +23,12 @@
 namespace zerod::client {
 
 struct SessionOptions {
-  std::string endpoint;    // default $ZEROD_ENDPOINT
-  std::string job_id;      // default $ZEROD_JOB
-  int64_t rank = -2;       // default $ZEROD_RANK, else any
-  int64_t world_size = 0;  // default $ZEROD_WORLD_SIZE
-  std::string device = "cpu";
+  std::string endpoint;        // default $ZEROD_ENDPOINT
+  std::string job_id;          // default $ZEROD_JOB
+  int64_t rank = -2;           // default $ZEROD_RANK, else any
+  int64_t world_size = 0;      // default $ZEROD_WORLD_SIZE
+  std::string device = "cpu";  // or "cuda:N"
+  // 0: unbounded on a CPU; on "cuda:N", what cudaMemGetInfo reports free (CUDA builds).
   int64_t budget_bytes = 0;
   std::vector<plan::TensorSpec> layout;
   plan::PlanOptions plan_options;

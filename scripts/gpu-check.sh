@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks for a machine with an NVIDIA GPU, using a build made elsewhere and carried here (it
 # compiles nothing): the gpu-labelled tests (CUDA Adam against CPU Adam, NCCL collectives on every
-# visible GPU), then the fused-Adam benchmark beside a device-to-device copy and one step at 2^28
+# visible GPU, the engine at stages 0-3 on the GPU against the CPU runtime), then the fused-Adam benchmark beside a device-to-device copy and one step at 2^28
 # parameters. Writes summary.txt and the raw logs under $OUT when it is set. About 2 minutes.
 #
 #   scripts/gpu-check.sh [BUILD_DIR]     (default: build)
@@ -25,7 +25,7 @@ export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:/usr/local/cu
 
 status=0
 # The test binaries run directly: ctest's files hold the paths of the machine that configured.
-for t in adam_cuda_test nccl_communicator_test; do
+for t in adam_cuda_test nccl_communicator_test zero_engine_cuda_test; do
   say "== $t"
   timeout 120 "$build/tests/$t" >"$out/$t.log" 2>&1 || status=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|skipped: no CUDA device" "$out/$t.log" | tee -a "$summary"

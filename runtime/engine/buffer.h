@@ -1,48 +1,66 @@
 #ifndef ZEROD_RUNTIME_ENGINE_BUFFER_H_
 #define ZEROD_RUNTIME_ENGINE_BUFFER_H_
 
-// A zero-initialised, 64-byte aligned host buffer of one dtype, and element access in float.
+// A zero-initialised buffer of one dtype in the memory of a DeviceOps (host or GPU), and element
+// access in float for host memory.
 
 #include <cstdint>
-#include <cstring>
 #include <memory>
-#include <new>
+#include <utility>
 
+#include "absl/status/statusor.h"
 #include "runtime/common/dtype.h"
 #include "runtime/common/half.h"
+#include "runtime/engine/device_ops.h"
 
 namespace zerod::engine {
 
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(DType dtype, int64_t numel)
-      : dtype_(dtype),
-        numel_(numel),
-        data_(static_cast<char*>(::operator new[](Bytes(), std::align_val_t(64)))) {
-    std::memset(data_.get(), 0, static_cast<size_t>(Bytes()));
+  static absl::StatusOr<Buffer> Allocate(std::shared_ptr<DeviceOps> ops, DType dtype,
+                                         int64_t numel) {
+    Buffer b;
+    b.ops_ = std::move(ops);
+    b.dtype_ = dtype;
+    b.numel_ = numel;
+    auto p = b.ops_->Allocate(b.Bytes());
+    if (!p.ok()) return p.status();
+    b.data_ = static_cast<char*>(*p);
+    return b;
+  }
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept {
+    std::swap(ops_, other.ops_);
+    std::swap(dtype_, other.dtype_);
+    std::swap(numel_, other.numel_);
+    std::swap(data_, other.data_);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (data_ != nullptr) ops_->Free(data_);
   }
 
   DType dtype() const { return dtype_; }
   int64_t numel() const { return numel_; }
   int64_t Bytes() const { return numel_ * DTypeBytes(dtype_); }
-  char* data() { return data_.get(); }
-  const char* data() const { return data_.get(); }
+  char* data() { return data_; }
+  const char* data() const { return data_; }
   // Address of element i.
-  char* at(int64_t i) { return data_.get() + i * DTypeBytes(dtype_); }
-  const char* at(int64_t i) const { return data_.get() + i * DTypeBytes(dtype_); }
-  float* f32() { return reinterpret_cast<float*>(data_.get()); }
-  void Zero(int64_t begin, int64_t count) {
-    std::memset(at(begin), 0, static_cast<size_t>(count * DTypeBytes(dtype_)));
+  char* at(int64_t i) { return data_ + i * DTypeBytes(dtype_); }
+  const char* at(int64_t i) const { return data_ + i * DTypeBytes(dtype_); }
+  float* f32() { return reinterpret_cast<float*>(data_); }
+  absl::Status Zero(int64_t begin, int64_t count) {
+    return ops_->Zero(at(begin), count * DTypeBytes(dtype_));
   }
 
  private:
-  struct AlignedDelete {
-    void operator()(char* p) const { ::operator delete[](p, std::align_val_t(64)); }
-  };
+  std::shared_ptr<DeviceOps> ops_;
   DType dtype_ = DType::kFloat32;
   int64_t numel_ = 0;
-  std::unique_ptr<char[], AlignedDelete> data_;
+  char* data_ = nullptr;
 };
 
 inline float LoadAs(DType dtype, const void* base, int64_t i) {

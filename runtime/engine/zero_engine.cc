@@ -11,24 +11,6 @@ namespace {
 
 using plan::MemoryCategory;
 
-// Adds n floats from `src` into `dst` elements of `dtype`.
-void AddInto(DType dtype, char* dst, const float* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) StoreAs(dtype, dst, i, LoadAs(dtype, dst, i) + src[i]);
-}
-
-// Adds n elements of `dtype` at `src` into `dst`.
-void AddSame(DType dtype, char* dst, const char* src, int64_t n) {
-  if (dtype == DType::kFloat32) {
-    float* d = reinterpret_cast<float*>(dst);
-    const float* s = reinterpret_cast<const float*>(src);
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    StoreAs(dtype, dst, i, LoadAs(dtype, dst, i) + LoadAs(dtype, src, i));
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(
@@ -45,7 +27,13 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(
     return absl::InvalidArgumentError("engine: accumulation_steps must be at least 1");
   }
   if (plan->options().grad_dtype == DType::kFloat16) options.loss_scale.enabled = true;
-  return std::unique_ptr<ZeroEngine>(new ZeroEngine(std::move(plan), comm, std::move(options)));
+  if (options.device == nullptr) {
+    options.device =
+        HostOps(options.threads > 1 ? std::make_shared<ThreadPool>(options.threads) : nullptr);
+  }
+  std::unique_ptr<ZeroEngine> engine(new ZeroEngine(std::move(plan), comm, std::move(options)));
+  ZEROD_RETURN_IF_ERROR(engine->AllocateBuffers());
+  return engine;
 }
 
 ZeroEngine::ZeroEngine(std::shared_ptr<const plan::ShardPlan> plan, comm::Communicator* comm,
@@ -55,25 +43,41 @@ ZeroEngine::ZeroEngine(std::shared_ptr<const plan::ShardPlan> plan, comm::Commun
       options_(std::move(options)),
       rank_(comm->rank()),
       stage_(plan_->stage()),
-      scaler_(options_.loss_scale) {
+      scaler_(options_.loss_scale) {}
+
+absl::Status ZeroEngine::AllocateBuffers() {
+  ops_ = options_.device;
   for (const plan::Allocation& a : plan_->Allocations()) {
+    const bool grads =
+        a.category == MemoryCategory::kGrads || a.category == MemoryCategory::kBucketBuffers;
     const DType dtype =
-        a.element_bytes == 4 ? DType::kFloat32
-        : a.category == MemoryCategory::kGrads || a.category == MemoryCategory::kBucketBuffers
-            ? grad_dtype()
-            : param_dtype();
-    if (a.name == "params") params_ = Buffer(dtype, a.numel);
-    if (a.name == "grads") grads_ = Buffer(dtype, a.numel);
-    if (a.name == "master") master_ = Buffer(DType::kFloat32, a.numel);
-    if (a.name == "adam_m") exp_avg_ = Buffer(DType::kFloat32, a.numel);
-    if (a.name == "adam_v") exp_avg_sq_ = Buffer(DType::kFloat32, a.numel);
-    if (a.name == "bucket") {
-      for (int64_t i = 0; i < a.count; ++i) buckets_.emplace_back(dtype, a.numel);
+        a.element_bytes == 4 ? DType::kFloat32 : (grads ? grad_dtype() : param_dtype());
+    auto make = [&]() { return Buffer::Allocate(ops_, dtype, a.numel); };
+    if (a.name == "params") {
+      ZEROD_ASSIGN_OR_RETURN(params_, make());
     }
-    if (a.name == "gather") {
-      for (int64_t i = 0; i < a.count; ++i) gathers_.emplace_back(dtype, a.numel);
+    if (a.name == "grads") {
+      ZEROD_ASSIGN_OR_RETURN(grads_, make());
+    }
+    if (a.name == "master") {
+      ZEROD_ASSIGN_OR_RETURN(master_, make());
+    }
+    if (a.name == "adam_m") {
+      ZEROD_ASSIGN_OR_RETURN(exp_avg_, make());
+    }
+    if (a.name == "adam_v") {
+      ZEROD_ASSIGN_OR_RETURN(exp_avg_sq_, make());
+    }
+    for (int64_t i = 0; a.name == "bucket" && i < a.count; ++i) {
+      ZEROD_ASSIGN_OR_RETURN(Buffer b, make());
+      buckets_.push_back(std::move(b));
+    }
+    for (int64_t i = 0; a.name == "gather" && i < a.count; ++i) {
+      ZEROD_ASSIGN_OR_RETURN(Buffer b, make());
+      gathers_.push_back(std::move(b));
     }
   }
+  ZEROD_ASSIGN_OR_RETURN(totals_, Buffer::Allocate(ops_, DType::kFloat32, 2));
   const size_t tensors = plan_->tensors().size();
   const size_t segments = plan_->segments().size();
   grad_seen_.assign(tensors, false);
@@ -84,7 +88,7 @@ ZeroEngine::ZeroEngine(std::shared_ptr<const plan::ShardPlan> plan, comm::Commun
   unit_slot_.assign(segments, -1);
   slot_work_.resize(gathers_.size());
   slot_unit_.assign(gathers_.size(), -1);
-  if (options_.threads > 1) pool_ = std::make_unique<ThreadPool>(options_.threads);
+  return absl::OkStatus();
 }
 
 ZeroEngine::~ZeroEngine() = default;
@@ -108,32 +112,36 @@ absl::Status ZeroEngine::Wait(std::unique_ptr<comm::Work> work) {
 
 absl::Status ZeroEngine::InitParameters(const std::function<void(int64_t, float*)>& init) {
   std::vector<float> full;
+  std::vector<char> staged;  // values converted to the parameter dtype, on the host
+  const int64_t pb = DTypeBytes(param_dtype());
+  auto upload_params = [&](int64_t at, const float* values, int64_t n) -> absl::Status {
+    staged.resize(static_cast<size_t>(n * pb));
+    for (int64_t i = 0; i < n; ++i) StoreAs(param_dtype(), staged.data(), i, values[i]);
+    return ops_->Upload(params_.at(at), staged.data(), n * pb);
+  };
   for (int64_t t = 0; t < static_cast<int64_t>(plan_->tensors().size()); ++t) {
     const plan::TensorPlacement& place = plan_->placements()[static_cast<size_t>(t)];
     full.assign(static_cast<size_t>(place.numel), 0.0f);
     init(t, full.data());
     for (const plan::Piece& p : plan_->Pieces(t)) {
       if (p.owner_rank != plan::kReplicated && p.owner_rank != rank_) continue;
-      for (int64_t i = 0; i < p.numel; ++i) {
-        const float value = full[static_cast<size_t>(p.tensor_offset + i)];
-        if (mixed()) master_.f32()[p.shard_offset + i] = value;
-        if (stage_ == 3) StoreAs(param_dtype(), params_.data(), p.shard_offset + i, value);
+      const float* values = full.data() + p.tensor_offset;
+      if (mixed()) {
+        ZEROD_RETURN_IF_ERROR(ops_->Upload(master_.f32() + p.shard_offset, values, p.numel * 4));
       }
+      if (stage_ == 3) ZEROD_RETURN_IF_ERROR(upload_params(p.shard_offset, values, p.numel));
     }
-    if (stage_ < 3) {
-      for (int64_t i = 0; i < place.numel; ++i) {
-        StoreAs(param_dtype(), params_.data(), place.flat_offset + i, full[static_cast<size_t>(i)]);
-      }
-    }
+    if (stage_ < 3)
+      ZEROD_RETURN_IF_ERROR(upload_params(place.flat_offset, full.data(), place.numel));
   }
-  return absl::OkStatus();
+  return ops_->Synchronize();
 }
 
 absl::Status ZeroEngine::LaunchGather(int64_t unit, int64_t slot) {
   const plan::Segment& seg = plan_->segments()[static_cast<size_t>(unit)];
   Buffer& buffer = gathers_[static_cast<size_t>(slot)];
-  std::memcpy(buffer.at(rank_ * seg.slice_numel), params_.at(seg.shard_offset),
-              static_cast<size_t>(seg.slice_numel * DTypeBytes(param_dtype())));
+  ZEROD_RETURN_IF_ERROR(ops_->Copy(buffer.at(rank_ * seg.slice_numel), params_.at(seg.shard_offset),
+                                   seg.slice_numel * DTypeBytes(param_dtype())));
   log_.Record("all_gather", seg.slice_numel, param_dtype());
   slot_work_[static_cast<size_t>(slot)] =
       comm_->AllGather(buffer.data(), seg.slice_numel, param_dtype());
@@ -210,7 +218,13 @@ absl::StatusOr<TensorView> ZeroEngine::Param(int64_t tensor) {
 
 absl::Status ZeroEngine::ParamToFloat(int64_t tensor, float* out) {
   ZEROD_ASSIGN_OR_RETURN(TensorView view, Param(tensor));
-  for (int64_t i = 0; i < view.numel; ++i) out[i] = LoadAs(view.dtype, view.data, i);
+  if (!ops_->on_device()) {
+    for (int64_t i = 0; i < view.numel; ++i) out[i] = LoadAs(view.dtype, view.data, i);
+    return absl::OkStatus();
+  }
+  std::vector<char> host(static_cast<size_t>(view.numel * DTypeBytes(view.dtype)));
+  ZEROD_RETURN_IF_ERROR(ops_->Download(host.data(), view.data, static_cast<int64_t>(host.size())));
+  for (int64_t i = 0; i < view.numel; ++i) out[i] = LoadAs(view.dtype, host.data(), i);
   return absl::OkStatus();
 }
 
@@ -220,9 +234,9 @@ absl::Status ZeroEngine::WaitReduceScatter(int64_t slot) {
   ZEROD_RETURN_IF_ERROR(Wait(std::move(flight.work)));
   const plan::Segment& seg = plan_->segments()[static_cast<size_t>(flight.segment)];
   Buffer& bucket = buckets_[static_cast<size_t>(slot)];
-  AddSame(grad_dtype(), grads_.at(seg.shard_offset), bucket.at(rank_ * seg.slice_numel),
-          seg.slice_numel);
-  bucket.Zero(0, seg.padded_numel);
+  ZEROD_RETURN_IF_ERROR(ops_->AddSame(grad_dtype(), grads_.at(seg.shard_offset),
+                                      bucket.at(rank_ * seg.slice_numel), seg.slice_numel));
+  ZEROD_RETURN_IF_ERROR(bucket.Zero(0, seg.padded_numel));
   flight.segment = -1;
   return absl::OkStatus();
 }
@@ -254,11 +268,13 @@ absl::Status ZeroEngine::AccumulateGrad(int64_t tensor, const float* grad) {
   const plan::TensorPlacement& place = plan_->placements()[static_cast<size_t>(tensor)];
   const plan::Segment& seg = plan_->segments()[static_cast<size_t>(place.segment)];
   if (stage_ < 2) {
-    AddInto(grad_dtype(), grads_.at(place.flat_offset), grad, place.numel);
+    ZEROD_RETURN_IF_ERROR(
+        ops_->AddFloat(grad_dtype(), grads_.at(place.flat_offset), grad, place.numel));
   } else {
     ZEROD_ASSIGN_OR_RETURN(int64_t slot, BucketSlotFor(place.segment));
     Buffer& bucket = buckets_[static_cast<size_t>(slot)];
-    AddInto(grad_dtype(), bucket.at(place.flat_offset - seg.flat_offset), grad, place.numel);
+    ZEROD_RETURN_IF_ERROR(ops_->AddFloat(
+        grad_dtype(), bucket.at(place.flat_offset - seg.flat_offset), grad, place.numel));
     if (--segment_pending_[static_cast<size_t>(place.segment)] == 0) {
       // The bucket is full: reduce-scatter it while backward continues.
       log_.Record("reduce_scatter", seg.slice_numel, grad_dtype());
@@ -315,23 +331,22 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
     double sum_squares = 0;
     bool overflow = false;
     for (const plan::OwnedRange& r : ranges) {
-      const char* g = grad_of(r);
-      for (int64_t i = 0; i < r.real_numel; ++i) {
-        const double x = LoadAs(gd, g, i);
-        if (!std::isfinite(x)) overflow = true;
-        sum_squares += x * x;
-      }
+      ZEROD_RETURN_IF_ERROR(
+          ops_->SumSquares(gd, grad_of(r), r.real_numel, &sum_squares, &overflow));
     }
     float totals[2] = {overflow ? 1.0f : 0.0f, static_cast<float>(sum_squares)};
     if (stage_ > 0) {
+      // The sum goes through the communicator's memory (the GPU with NCCL).
+      ZEROD_RETURN_IF_ERROR(ops_->Upload(totals_.data(), totals, sizeof(totals)));
       log_.Record("all_reduce", 2, DType::kFloat32);
-      ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(totals, 2, DType::kFloat32)));
+      ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(totals_.data(), 2, DType::kFloat32)));
+      ZEROD_RETURN_IF_ERROR(ops_->Download(totals, totals_.data(), sizeof(totals)));
     }
     overflow = totals[0] > 0 || !std::isfinite(totals[1]);
     result.grad_norm = std::sqrt(static_cast<double>(totals[1])) * mean;
     if (!scaler_.Update(overflow)) {
       // Skipped on every rank: they all saw the same totals.
-      grads_.Zero(0, grads_.numel());
+      ZEROD_RETURN_IF_ERROR(grads_.Zero(0, grads_.numel()));
       micro_steps_ = 0;
       result.applied = false;
       return result;
@@ -346,6 +361,7 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
   ++step_;
   const optim::AdamScalars k =
       optim::MakeAdamScalars(config, step_, static_cast<float>(mean * coefficient));
+  std::vector<optim::AdamShard> shards;
   for (const plan::OwnedRange& r : ranges) {
     optim::AdamShard shard;
     shard.param = mixed() ? master_.f32() + r.shard_offset
@@ -359,8 +375,9 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
       shard.low_precision_dtype = param_dtype();
     }
     shard.numel = r.numel;
-    optim::AdamStep(shard, k, optim::BestIsa(), pool_.get());
+    shards.push_back(shard);
   }
+  ZEROD_RETURN_IF_ERROR(ops_->Adam(shards, k));
   // 4. Every rank gets the new parameters (stages 1-2).
   if (stage_ == 1 || stage_ == 2) {
     for (const plan::Segment& seg : plan_->segments()) {
@@ -369,7 +386,8 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
           Wait(comm_->AllGather(params_.at(seg.flat_offset), seg.slice_numel, param_dtype())));
     }
   }
-  grads_.Zero(0, grads_.numel());
+  ZEROD_RETURN_IF_ERROR(grads_.Zero(0, grads_.numel()));
+  ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
   micro_steps_ = 0;
   result.applied = true;
   if (options_.check_store && options_.check_every > 0 && step_ % options_.check_every == 0) {
@@ -408,11 +426,12 @@ int64_t ZeroEngine::AllocatedBytes() const {
 }
 
 absl::StatusOr<std::vector<float>> ZeroEngine::FullMasterParameters() {
-  Buffer full(DType::kFloat32, plan_->padded_numel());
-  const float* master = mixed() ? master_.f32() : params_.f32();
+  ZEROD_ASSIGN_OR_RETURN(Buffer full,
+                         Buffer::Allocate(ops_, DType::kFloat32, plan_->padded_numel()));
+  float* master = mixed() ? master_.f32() : params_.f32();
   for (const plan::OwnedRange& r : plan_->OwnedRanges(rank_)) {
     const int64_t from = (mixed() || stage_ == 3) ? r.shard_offset : r.flat_offset;
-    std::memcpy(full.f32() + r.flat_offset, master + from, static_cast<size_t>(r.numel * 4));
+    ZEROD_RETURN_IF_ERROR(ops_->Copy(full.f32() + r.flat_offset, master + from, r.numel * 4));
   }
   if (stage_ > 0) {
     for (const plan::Segment& seg : plan_->segments()) {
@@ -421,11 +440,13 @@ absl::StatusOr<std::vector<float>> ZeroEngine::FullMasterParameters() {
           Wait(comm_->AllGather(full.f32() + seg.flat_offset, seg.slice_numel, DType::kFloat32)));
     }
   }
+  std::vector<float> host(static_cast<size_t>(plan_->padded_numel()));
+  ZEROD_RETURN_IF_ERROR(ops_->Download(host.data(), full.data(), full.Bytes()));
   std::vector<float> out;
   out.reserve(static_cast<size_t>(plan_->total_numel()));
   for (const plan::TensorPlacement& place : plan_->placements()) {
-    out.insert(out.end(), full.f32() + place.flat_offset,
-               full.f32() + place.flat_offset + place.numel);
+    out.insert(out.end(), host.begin() + place.flat_offset,
+               host.begin() + place.flat_offset + place.numel);
   }
   return out;
 }

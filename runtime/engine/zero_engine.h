@@ -18,7 +18,9 @@
 // Stage 3 gathers a unit on Gather, prefetches the next one, and refuses a tensor of a unit that
 // is not gathered.
 //
-// The trainer's thread drives the engine; the communicator runs collectives on its own thread.
+// The trainer's thread drives the engine; the communicator runs collectives on its own thread
+// (Gloo) or stream (NCCL). Buffers live where options.device says: host memory by default, GPU
+// memory with CudaOps.
 // Every rank must make the same calls in the same order (the SPMD contract of Communicator).
 
 #include <cstdint>
@@ -34,6 +36,7 @@
 #include "runtime/common/thread_pool.h"
 #include "runtime/engine/buffer.h"
 #include "runtime/engine/collective_log.h"
+#include "runtime/engine/device_ops.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/optim/adam.h"
 #include "runtime/plan/shard_plan.h"
@@ -46,7 +49,10 @@ struct EngineOptions {
   LossScaleOptions loss_scale;
   double max_grad_norm = 0.0;  // 0: no clipping
   int64_t accumulation_steps = 1;
-  int threads = 1;  // optimizer threads
+  int threads = 1;  // optimizer threads (host memory)
+  // Where the buffers live: host memory by default; CudaOps (runtime/engine/cuda/) for a GPU,
+  // with a communicator on device memory (NCCL) ordered after the ops' stream.
+  std::shared_ptr<DeviceOps> device;
   absl::Duration collective_timeout = absl::Seconds(120);
   // When set, ranks compare their collective sequences through this store every `check_every`
   // steps (0: only when a collective fails or times out), so divergence is named, not a hang.
@@ -89,7 +95,8 @@ class ZeroEngine {
   // The tensor's parameters (low precision, or fp32 in fp32 training).
   absl::StatusOr<TensorView> Param(int64_t tensor);
   absl::Status ParamToFloat(int64_t tensor, float* out);
-  // Adds a gradient (fp32, already multiplied by loss_scale()) for this micro-step.
+  // Adds a gradient (fp32, already multiplied by loss_scale(), in the engine's memory: a device
+  // pointer with CudaOps) for this micro-step.
   absl::Status AccumulateGrad(int64_t tensor, const float* grad);
   absl::StatusOr<StepResult> Step(std::optional<double> lr = std::nullopt);
 
@@ -109,6 +116,7 @@ class ZeroEngine {
 
   ZeroEngine(std::shared_ptr<const plan::ShardPlan> plan, comm::Communicator* comm,
              EngineOptions options);
+  absl::Status AllocateBuffers();
   absl::Status Wait(std::unique_ptr<comm::Work> work);
   absl::Status WaitReduceScatter(int64_t slot);
   absl::StatusOr<int64_t> BucketSlotFor(int64_t segment);
@@ -124,7 +132,9 @@ class ZeroEngine {
   const int64_t rank_;
   const int stage_;
 
+  std::shared_ptr<DeviceOps> ops_;
   Buffer params_, grads_, master_, exp_avg_, exp_avg_sq_;
+  Buffer totals_;  // two floats for the overflow flag and the squared norm
   std::vector<Buffer> buckets_, gathers_;
 
   // Backward bookkeeping for the current micro-step.
@@ -146,7 +156,6 @@ class ZeroEngine {
   LossScaler scaler_;
   int64_t step_ = 0;
   CollectiveLog log_;
-  std::unique_ptr<ThreadPool> pool_;
 };
 
 }  // namespace zerod::engine

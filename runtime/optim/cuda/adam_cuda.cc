@@ -63,6 +63,17 @@ absl::Status SquaredNormPartials(const void* data, DType dtype, int64_t numel, f
   return absl::OkStatus();
 }
 
+absl::Status AddFloat(void* dst, DType dtype, const float* src, int64_t numel,
+                      cudaStream_t stream) {
+  ZEROD_CUDA_CHECK(kernels::LaunchAddFloat(dst, static_cast<int>(dtype), src, numel, stream));
+  return absl::OkStatus();
+}
+
+absl::Status AddSame(void* dst, DType dtype, const void* src, int64_t numel, cudaStream_t stream) {
+  ZEROD_CUDA_CHECK(kernels::LaunchAddSame(dst, static_cast<int>(dtype), src, numel, stream));
+  return absl::OkStatus();
+}
+
 absl::Status Cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t numel,
                   cudaStream_t stream) {
   ZEROD_CUDA_CHECK(kernels::LaunchCast(src, static_cast<int>(src_dtype), dst,

@@ -35,6 +35,10 @@ int SquaredNormBlocks(int64_t numel);
 absl::Status SquaredNormPartials(const void* data, DType dtype, int64_t numel, float* partials,
                                  cudaStream_t stream);
 
+// dst[i] += src[i] with `src` fp32 (AddFloat) or `dtype` like dst (AddSame), rounding to dtype.
+absl::Status AddFloat(void* dst, DType dtype, const float* src, int64_t numel, cudaStream_t stream);
+absl::Status AddSame(void* dst, DType dtype, const void* src, int64_t numel, cudaStream_t stream);
+
 // dst[i] = src[i] converted between fp32, bf16 and fp16 (round to nearest even).
 absl::Status Cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t numel,
                   cudaStream_t stream);

@@ -122,6 +122,20 @@ __global__ void CastKernel(const void* src, int src_dtype, void* dst, int dst_dt
   }
 }
 
+__global__ void AddFloatKernel(void* dst, int dtype, const float* src, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    Store(dst, dtype, i, __fadd_rn(Load(dst, dtype, i), src[i]));
+  }
+}
+
+__global__ void AddSameKernel(void* dst, int dtype, const void* src, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    Store(dst, dtype, i, __fadd_rn(Load(dst, dtype, i), Load(src, dtype, i)));
+  }
+}
+
 // A grid that fills the device a few times over, for grid-stride loops.
 int GridFor(int64_t n) {
   static int sms = [] {
@@ -155,6 +169,18 @@ int NormBlocks(int64_t n) { return GridFor(n); }
 cudaError_t LaunchSquaredNorm(const void* data, int dtype, int64_t n, float* partials,
                               cudaStream_t stream) {
   SquaredNormKernel<<<GridFor(n), kThreads, 0, stream>>>(data, dtype, n, partials);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddFloat(void* dst, int dtype, const float* src, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AddFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(dst, dtype, src, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddSame(void* dst, int dtype, const void* src, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AddSameKernel<<<GridFor(n), kThreads, 0, stream>>>(dst, dtype, src, n);
   return cudaGetLastError();
 }
 

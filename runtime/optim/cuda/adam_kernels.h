@@ -44,6 +44,8 @@ cudaError_t LaunchUnscale(void* grad, int dtype, int64_t n, float scale, int* fo
 int NormBlocks(int64_t n);
 cudaError_t LaunchSquaredNorm(const void* data, int dtype, int64_t n, float* partials,
                               cudaStream_t stream);
+cudaError_t LaunchAddFloat(void* dst, int dtype, const float* src, int64_t n, cudaStream_t stream);
+cudaError_t LaunchAddSame(void* dst, int dtype, const void* src, int64_t n, cudaStream_t stream);
 cudaError_t LaunchCast(const void* src, int src_dtype, void* dst, int dst_dtype, int64_t n,
                        cudaStream_t stream);
 
