@@ -102,6 +102,10 @@ JoinResult ResultFor(const Job& job, int64_t rank, absl::Duration ttl)
 
 }  // namespace
 
+absl::Status JobNotFound(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+}
+
 absl::Status ValidateJobId(const std::string& job_id) {
   if (job_id.empty()) return absl::InvalidArgumentError("job id is empty");
   if (job_id.size() > 128) {
@@ -412,7 +416,7 @@ void JobRegistry::FinishFormation(const std::shared_ptr<Job>& job, absl::Status 
 
 absl::StatusOr<v1::PlanInputs> JobRegistry::GetPlan(const std::string& job_id) {
   std::shared_ptr<Job> job = Find(job_id);
-  if (!job) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  if (!job) return JobNotFound(job_id);
   absl::MutexLock lock(&job->mu);
   if (!job->plan.has_value()) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id,
@@ -424,7 +428,7 @@ absl::StatusOr<v1::PlanInputs> JobRegistry::GetPlan(const std::string& job_id) {
 
 absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const v1::HeartbeatRequest& req) {
   std::shared_ptr<Job> job = Find(req.job_id());
-  if (!job) return absl::NotFoundError(absl::StrCat("job ", req.job_id(), " not found"));
+  if (!job) return JobNotFound(req.job_id());
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&job->mu);
   if (req.rank() < 0 || req.rank() >= job->world_size) {
@@ -500,7 +504,7 @@ void JobRegistry::ExpireLeases() {
 void JobRegistry::Leave(const std::string& job_id, int64_t rank,
                         std::function<void(absl::StatusOr<int64_t>)> done) {
   std::shared_ptr<Job> job = Find(job_id);
-  if (!job) return done(absl::NotFoundError(absl::StrCat("job ", job_id, " not found")));
+  if (!job) return done(JobNotFound(job_id));
   Deferred deferred;
   std::vector<KvOp> ops;
   int64_t generation = 0;
@@ -547,7 +551,7 @@ void JobRegistry::Leave(const std::string& job_id, int64_t rank,
 
 void JobRegistry::EndJob(const std::string& job_id, std::function<void(absl::Status)> done) {
   std::shared_ptr<Job> job = Find(job_id);
-  if (!job) return done(absl::NotFoundError(absl::StrCat("job ", job_id, " not found")));
+  if (!job) return done(JobNotFound(job_id));
   Deferred deferred;
   std::vector<KvOp> ops;
   {
@@ -577,7 +581,7 @@ void JobRegistry::EndJob(const std::string& job_id, std::function<void(absl::Sta
 absl::StatusOr<int64_t> JobRegistry::Subscribe(const std::string& job_id,
                                                std::shared_ptr<EventSink> sink) {
   std::shared_ptr<Job> job = Find(job_id);
-  if (!job) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  if (!job) return JobNotFound(job_id);
   int64_t id = 0;
   {
     absl::MutexLock lock(&jobs_mu_);

@@ -103,6 +103,9 @@ class JobRegistry {
   TimerQueue timers_;
 };
 
+// NOT_FOUND for an unknown job, worded the same by every call.
+absl::Status JobNotFound(const std::string& job_id);
+
 // Checks a job id: 1-128 characters from [A-Za-z0-9._-].
 absl::Status ValidateJobId(const std::string& job_id);
 

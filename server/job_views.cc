@@ -44,7 +44,7 @@ std::vector<v1::JobSummary> JobRegistry::ListJobs() const {
 
 absl::StatusOr<v1::JobDescription> JobRegistry::Describe(const std::string& job_id) const {
   std::shared_ptr<Job> job = Find(job_id);
-  if (!job) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  if (!job) return JobNotFound(job_id);
   absl::MutexLock lock(&job->mu);
   v1::JobDescription d;
   *d.mutable_summary() = Summarize(*job);
@@ -80,7 +80,7 @@ absl::StatusOr<v1::JobDescription> JobRegistry::Describe(const std::string& job_
 absl::StatusOr<std::shared_ptr<const plan::ShardPlan>> JobRegistry::ShardPlanOf(
     const std::string& job_id) const {
   std::shared_ptr<Job> job = Find(job_id);
-  if (!job) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  if (!job) return JobNotFound(job_id);
   absl::MutexLock lock(&job->mu);
   if (!job->shard_plan) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id,

@@ -32,6 +32,13 @@ namespace {
 
 constexpr char kBarrierKeyPrefix[] = "__barrier/";
 
+// The server-side deadline of a waiting call: its own timeout, capped by the RPC's deadline.
+absl::Time CallDeadline(const grpc::CallbackServerContext* context, int64_t timeout_ms,
+                        absl::Duration longest) {
+  return std::min(absl::Now() + absl::Milliseconds(std::max<int64_t>(timeout_ms, 0)),
+                  WaitDeadline(context, longest));
+}
+
 std::string FullKey(const std::string& job_id, const std::string& key) {
   return StoreKeyPrefix(job_id) + key;
 }
@@ -188,8 +195,7 @@ grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* context
     }
     reactor->Finish(ToGrpc(s));
   };
-  const absl::Time deadline = std::min(absl::Now() + absl::Milliseconds(request->timeout_ms()),
-                                       WaitDeadline(context, limits_.longest_wait));
+  const absl::Time deadline = CallDeadline(context, request->timeout_ms(), limits_.longest_wait);
   AwaitKeys(waiter, {key}, deadline);
   return reactor;
 }
@@ -278,9 +284,7 @@ grpc::ServerUnaryReactor* StoreService::Wait(grpc::CallbackServerContext* contex
     }
     reactor->Finish(ToGrpc(s));
   };
-  const absl::Time deadline =
-      std::min(absl::Now() + absl::Milliseconds(std::max<int64_t>(request->timeout_ms(), 0)),
-               WaitDeadline(context, limits_.longest_wait));
+  const absl::Time deadline = CallDeadline(context, request->timeout_ms(), limits_.longest_wait);
   AwaitKeys(waiter, std::move(keys), deadline);
   return reactor;
 }
@@ -320,9 +324,7 @@ grpc::ServerUnaryReactor* StoreService::Barrier(grpc::CallbackServerContext* con
     }
     state.waiters.emplace_back(request->count(), waiter);
   }
-  const absl::Time deadline =
-      std::min(absl::Now() + absl::Milliseconds(std::max<int64_t>(request->timeout_ms(), 0)),
-               WaitDeadline(context, limits_.longest_wait));
+  const absl::Time deadline = CallDeadline(context, request->timeout_ms(), limits_.longest_wait);
   timers_.Schedule(deadline, [this, prefix, waiter] {
     {
       // Forget the waiter, so a barrier that never completes does not keep it.

@@ -428,7 +428,7 @@ int64_t ZeroEngine::AllocatedBytes() const {
 absl::StatusOr<std::vector<float>> ZeroEngine::FullMasterParameters() {
   ZEROD_ASSIGN_OR_RETURN(Buffer full,
                          Buffer::Allocate(ops_, DType::kFloat32, plan_->padded_numel()));
-  float* master = mixed() ? master_.f32() : params_.f32();
+  float* master = Master();
   for (const plan::OwnedRange& r : plan_->OwnedRanges(rank_)) {
     const int64_t from = (mixed() || stage_ == 3) ? r.shard_offset : r.flat_offset;
     ZEROD_RETURN_IF_ERROR(ops_->Copy(full.f32() + r.flat_offset, master + from, r.numel * 4));

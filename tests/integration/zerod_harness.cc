@@ -23,7 +23,6 @@ void ZerodHarness::Start() {
   argv.insert(argv.end(), flags_.begin(), flags_.end());
   std::remove(socket_.c_str());  // a killed daemon's socket; the new one replaces it
   daemon_ = std::make_unique<ChildProcess>(argv, dir_.path() + "/zerod.log");
-  ++starts_;
   // Connecting before the socket exists would put the channel into reconnect backoff.
   struct stat st {};
   for (int i = 0; i < 2000 && stat(socket_.c_str(), &st) != 0; ++i)

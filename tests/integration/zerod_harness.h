@@ -43,7 +43,6 @@ class ZerodHarness {
   std::string socket_;
   std::vector<std::string> flags_;
   std::unique_ptr<ChildProcess> daemon_;
-  int starts_ = 0;
   int ranks_ = 0;
 };
 
