@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train_step_bench: one training step of train_mlp at ZeRO stages 0-3 on 2 local ranks under an
 # embedded zerod: step time, peak RSS per rank and bytes sent per step, beside the peer measured
-# in the same run: the unsharded single-process step on the same global batch.
+# in the same run: the unsharded single-process step on the same global batch. Stage 3 runs twice:
+# gathers on their own communicator (the default), and sharing the main one ("3-shared").
 #
 #   bench/train_step_bench.sh [--hidden 512] [--layers 6] [--steps 8] [--dtype bf16]
 set -euo pipefail
@@ -32,14 +33,16 @@ field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" | tail -n 1; }
 ref_ms=$(field step_time_ms <"$work/ref")
 params=$(field params <"$work/ref")
 echo "train_step_bench: MLP ${layers}x${hidden} ($params params, $dtype), global batch 64, 2 ranks"
-printf '%-7s %12s %14s %16s %18s\n' "stage" "step ms" "peak RSS KiB" "bytes/step/rank" "model state/rank"
-printf '%-7s %12.2f %14s %16s %18s\n' "unshard" "$ref_ms" \
+printf '%-9s %12s %14s %16s %18s\n' "stage" "step ms" "peak RSS KiB" "bytes/step/rank" "model state/rank"
+printf '%-9s %12.2f %14s %16s %18s\n' "unshard" "$ref_ms" \
   "$(sed -n 's/^rank 0: peak_rss_kib \([0-9]*\).*/\1/p' "$work/ref")" 0 \
   "$(field model_state_bytes_per_rank <"$work/ref")"
-for stage in 0 1 2 3; do
+for stage in 0 1 2 3 3-shared; do
+  extra=()
+  if [ "$stage" = 3-shared ]; then extra=(--shared-gathers); fi
   "$bin/zerorun" -n 2 --endpoint "unix://$work/s" --job "bench-$stage" -- "${train[@]}" \
-    --stage "$stage" >"$work/out$stage"
+    --stage "${stage%-shared}" "${extra[@]}" >"$work/out$stage"
   rss=$(sed -n 's/^\[rank \([0-9]\)\] rank [0-9]*: peak_rss_kib \([0-9]*\).*/\2/p' "$work/out$stage" | paste -sd/)
-  printf '%-7s %12.2f %14s %16s %18s\n' "$stage" "$(field step_time_ms <"$work/out$stage")" "$rss" \
+  printf '%-9s %12.2f %14s %16s %18s\n' "$stage" "$(field step_time_ms <"$work/out$stage")" "$rss" \
     "$(field comm_bytes_per_step <"$work/out$stage")" "$(field model_state_bytes_per_rank <"$work/out$stage")"
 done

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -9,8 +10,9 @@
 #include "client/coordinator_store.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/prefix_store.h"
+#include "runtime/common/status_macros.h"
 #if defined(ZEROD_HAVE_CUDA)
-#include "absl/strings/match.h"
+#include "runtime/comm/nccl/nccl_communicator.h"
 #include "runtime/engine/cuda/cuda_ops.h"
 #endif
 
@@ -31,6 +33,27 @@ absl::Status EnvInt(const char* name, int64_t& target) {
   return absl::OkStatus();
 }
 
+// "cpu" is -1; "cuda:N" is GPU N; plain "cuda" is GPU $ZEROD_LOCAL_RANK (zerorun sets it: one
+// GPU per local rank, as torchrun's LOCAL_RANK), else 0.
+absl::StatusOr<int> ParseDevice(const std::string& device) {
+  if (device == "cpu") return -1;
+  int n = 0;
+  if (device == "cuda") {
+    const std::string local = Env("ZEROD_LOCAL_RANK");
+    if (local.empty()) return 0;
+    if (!absl::SimpleAtoi(local, &n) || n < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ZEROD_LOCAL_RANK='", local, "' is not a GPU index"));
+    }
+    return n;
+  }
+  if (absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), &n) && n >= 0) {
+    return n;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("device '", device, "': expected cpu, cuda or cuda:N"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOptions o) {
@@ -46,20 +69,32 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
   if (o.world_size < 1) {
     return absl::InvalidArgumentError("no world size: pass it or set ZEROD_WORLD_SIZE");
   }
+  ZEROD_ASSIGN_OR_RETURN(const int device, ParseDevice(o.device));
+  if (device >= 0) o.device = absl::StrCat("cuda:", device);  // what the coordinator shows
 #if defined(ZEROD_HAVE_CUDA)
-  // A rank on a GPU ("cuda" or "cuda:N") offers what the device has free unless told otherwise.
-  if (o.budget_bytes == 0 && absl::StartsWith(o.device, "cuda")) {
-    int device = 0;
-    if (o.device.size() > 5 && !absl::SimpleAtoi(o.device.substr(5), &device)) {
-      return absl::InvalidArgumentError(absl::StrCat("device '", o.device, "' is not cuda:N"));
+  if (device >= 0) {
+    // Before any NCCL communicator exists: the main and gather communicators share the GPU.
+    comm::NcclCommunicator::OrderLaunchesAcrossCommunicators();
+    // A rank on a GPU offers what the device has free unless told otherwise.
+    if (o.budget_bytes == 0) {
+      auto free = engine::FreeDeviceMemory(device);
+      if (!free.ok()) {
+        return absl::Status(
+            free.status().code(),
+            absl::StrCat("device '", o.device, "' is not usable: ", free.status().message()));
+      }
+      o.budget_bytes = *free;
     }
-    auto free = engine::FreeDeviceMemory(device);
-    if (!free.ok()) return free.status();
-    o.budget_bytes = *free;
+  }
+#else
+  if (device >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device '", o.device, "': this build has no CUDA (nvcc was not found when it was built)"));
   }
 #endif
   std::unique_ptr<TrainerSession> s(new TrainerSession());
   s->options_ = o;
+  s->device_ = device;
   ClientOptions client_options;
   client_options.endpoint = o.endpoint;
   auto client = CoordinatorClient::Connect(client_options);
@@ -91,21 +126,64 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
       [raw = s.get()](const absl::StatusOr<v1::HeartbeatResponse>& reply) {
         raw->OnHeartbeat(reply);
       });
-  comm::GlooOptions gloo;
-  gloo.timeout = o.collective_timeout;
-  if (const std::string host = Env("ZEROD_GLOO_HOST"); !host.empty()) gloo.hostname = host;
-  auto communicator =
-      comm::GlooCommunicator::Create(std::make_shared<comm::PrefixStore>("gloo", s->store_),
-                                     s->membership_.rank, s->membership_.world_size, gloo);
-  if (!communicator.ok()) return s->Explain(communicator.status());
-  absl::MutexLock lock(&s->mu_);
-  s->communicator_ = *std::move(communicator);
-  if (!s->lost_.ok()) s->communicator_->Abort(s->lost_);
+  if (absl::Status c = s->Connect(); !c.ok()) return s->Explain(c);
   return s;
+}
+
+absl::Status TrainerSession::Connect() {
+  // Every rank creates the same communicators in the same order (each creation is collective).
+  const bool gathers =
+      options_.gather_communicator && membership_.plan->stage() == 3 && membership_.world_size > 1;
+  const int64_t rank = membership_.rank, world = membership_.world_size;
+  auto keys = [this](const char* name) {
+    return std::make_shared<comm::PrefixStore>(name, store_);
+  };
+  std::unique_ptr<comm::Communicator> main, gather;
+  if (device_ < 0) {
+    comm::GlooOptions gloo;
+    gloo.timeout = options_.collective_timeout;
+    if (const std::string host = Env("ZEROD_GLOO_HOST"); !host.empty()) gloo.hostname = host;
+    ZEROD_ASSIGN_OR_RETURN(main, comm::GlooCommunicator::Create(keys("gloo"), rank, world, gloo));
+    if (gathers) {
+      ZEROD_ASSIGN_OR_RETURN(
+          gather, comm::GlooCommunicator::Create(keys("gloo-gather"), rank, world, gloo));
+    }
+  } else {
+#if defined(ZEROD_HAVE_CUDA)
+    ZEROD_ASSIGN_OR_RETURN(device_ops_, engine::CudaOps(device_));
+    comm::NcclOptions nccl;
+    nccl.device = device_;
+    nccl.compute_stream = engine::CudaOpsStream(*device_ops_);
+    nccl.timeout = options_.collective_timeout;
+    ZEROD_ASSIGN_OR_RETURN(main, comm::NcclCommunicator::Create(keys("nccl"), rank, world, nccl));
+    if (gathers) {
+      ZEROD_ASSIGN_OR_RETURN(
+          gather, comm::NcclCommunicator::Create(keys("nccl-gather"), rank, world, nccl));
+    }
+#endif
+  }
+  absl::MutexLock lock(&mu_);
+  communicator_ = std::move(main);
+  gather_communicator_ = std::move(gather);
+  if (!lost_.ok()) AbortCommunicators(lost_);
+  return absl::OkStatus();
+}
+
+void TrainerSession::AbortCommunicators(const absl::Status& why) {
+  if (communicator_) communicator_->Abort(why);
+  if (gather_communicator_) gather_communicator_->Abort(why);
+}
+
+void TrainerSession::Configure(engine::EngineOptions& options) {
+  if (device_ops_) options.device = device_ops_;
+  options.gather_comm = gather_communicator_.get();
+  options.check_store = store_;
+  options.collective_timeout = options_.collective_timeout;
 }
 
 TrainerSession::~TrainerSession() {
   client_->StopHeartbeats();
+  gather_communicator_.reset();
   communicator_.reset();
 }
 
@@ -131,7 +209,7 @@ void TrainerSession::OnHeartbeat(const absl::StatusOr<v1::HeartbeatResponse>& re
   absl::MutexLock lock(&mu_);
   if (!lost_.ok()) return;
   lost_ = lost;
-  if (communicator_) communicator_->Abort(lost);
+  AbortCommunicators(lost);
 }
 
 absl::Status TrainerSession::Explain(const absl::Status& failure) {

@@ -3,12 +3,18 @@
 
 // TrainerSession: what a trainer process does to take part in a zerod job, in one object. It
 // joins (endpoint, job, rank and world size from the arguments or the ZEROD_* environment that
-// zerorun sets), recomputes and verifies the plan, connects the Gloo communicator through the
+// zerorun sets), recomputes and verifies the plan, connects the communicators through the
 // coordinator's store, and heartbeats with the engine's statistics. When the coordinator reports
-// a lost member, it aborts the communicator so a rank blocked in a collective gets an error that
+// a lost member, it aborts the communicators so a rank blocked in a collective gets an error that
 // names the lost rank instead of hanging.
 //
-// Owns the client's heartbeat thread (stopped by Leave or the destructor).
+// Device "cpu": Gloo, buffers in host memory. Device "cuda:N" (CUDA builds): the engine's buffers
+// on GPU N (CudaOps) and NCCL ordered after the ops' stream. At stage 3 a second communicator
+// carries the parameter gathers (EngineOptions::gather_comm) unless options say otherwise.
+// Configure() puts all of it into the engine's options.
+//
+// Owns the client's heartbeat thread (stopped by Leave or the destructor) and the communicators;
+// it must outlive the engine that uses them.
 
 #include <memory>
 #include <string>
@@ -18,6 +24,8 @@
 #include "client/coordinator_client.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/store.h"
+#include "runtime/engine/device_ops.h"
+#include "runtime/engine/zero_engine.h"
 #include "runtime/plan/shard_plan.h"
 
 namespace zerod::client {
@@ -35,6 +43,9 @@ struct SessionOptions {
   absl::Duration join_timeout = absl::Minutes(10);
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration collective_timeout = absl::Seconds(120);
+  // Stage 3: gathers on a communicator of their own (one more set of connections per rank), so
+  // the prefetch of the next unit does not wait behind backward's reduce-scatters.
+  bool gather_communicator = true;
 };
 
 class TrainerSession {
@@ -46,8 +57,16 @@ class TrainerSession {
   int64_t world_size() const { return membership_.world_size; }
   int64_t generation() const { return membership_.generation; }
   const std::string& job_id() const { return options_.job_id; }
+  const std::string& device() const { return options_.device; }  // "cpu" or "cuda:N"
   std::shared_ptr<const plan::ShardPlan> plan() const { return membership_.plan; }
   comm::Communicator* communicator() { return communicator_.get(); }
+  // The stage-3 gather communicator, or nullptr.
+  comm::Communicator* gather_communicator() { return gather_communicator_.get(); }
+  // Where the engine's buffers live: nullptr for host memory, CudaOps on "cuda:N".
+  std::shared_ptr<engine::DeviceOps> device_ops() const { return device_ops_; }
+  // Sets the engine options that come from the session: device, gather communicator, the store
+  // for collective-order checks, the collective timeout.
+  void Configure(engine::EngineOptions& options);
   std::shared_ptr<comm::Store> store() { return store_; }
   CoordinatorClient& client() { return *client_; }
 
@@ -69,8 +88,14 @@ class TrainerSession {
   std::shared_ptr<CoordinatorClient> client_;
   Membership membership_;
   std::shared_ptr<comm::Store> store_;
+  absl::Status Connect();
+  void AbortCommunicators(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::shared_ptr<engine::DeviceOps> device_ops_;
+  int device_ = -1;  // the GPU on "cuda:N", else -1
   // Written once by Start (under mu_), read by the heartbeat thread under mu_.
   std::unique_ptr<comm::Communicator> communicator_;
+  std::unique_ptr<comm::Communicator> gather_communicator_;
   bool left_ = false;
 
   absl::Mutex mu_;

@@ -79,8 +79,22 @@ Batch Dataset::Make(int64_t step, int64_t first, int64_t count) const {
   return b;
 }
 
+namespace {
+
+// Hands a host gradient to the engine, through `staging` when the engine is on a GPU.
+absl::Status AddGrad(engine::ZeroEngine& e, int64_t tensor, const std::vector<float>& grad,
+                     engine::Buffer* staging) {
+  if (staging == nullptr) return e.AccumulateGrad(tensor, grad.data());
+  ZEROD_RETURN_IF_ERROR(
+      staging->Upload(grad.data(), static_cast<int64_t>(grad.size() * sizeof(float))));
+  // The engine's kernel reads the staging buffer on the ops' stream before the next upload.
+  return e.AccumulateGrad(tensor, staging->f32());
+}
+
+}  // namespace
+
 absl::StatusOr<double> TrainMicroStep(const MlpShape& shape, engine::ZeroEngine& e,
-                                      const Batch& batch) {
+                                      const Batch& batch, engine::Buffer* device_staging) {
   const int64_t n = batch.size, L = shape.layers;
   std::vector<std::vector<float>> acts(static_cast<size_t>(L + 1));
   acts[0] = batch.x;
@@ -148,8 +162,8 @@ absl::StatusOr<double> TrainMicroStep(const MlpShape& shape, engine::ZeroEngine&
         da[s * in + i] = back;
       }
     }
-    ZEROD_RETURN_IF_ERROR(e.AccumulateGrad(2 * l + 1, db.data()));
-    ZEROD_RETURN_IF_ERROR(e.AccumulateGrad(2 * l, dw.data()));
+    ZEROD_RETURN_IF_ERROR(AddGrad(e, 2 * l + 1, db, device_staging));
+    ZEROD_RETURN_IF_ERROR(AddGrad(e, 2 * l, dw, device_staging));
     if (l > 0) {
       // Through tanh: d/dz tanh(z) = 1 - tanh(z)^2, and a = tanh(z).
       delta.assign(static_cast<size_t>(n * in), 0.0f);

@@ -52,9 +52,11 @@ class Dataset {
 };
 
 // One micro-step on `engine`: forward (gathering each unit), mean-squared-error loss over the
-// batch, backward (gradients times the engine's loss scale). Returns the batch's loss.
+// batch, backward (gradients times the engine's loss scale). Returns the batch's loss. The model
+// computes on the host; with the engine on a GPU, gradients are uploaded through
+// `device_staging`, an fp32 buffer in the engine's memory as large as the largest tensor.
 absl::StatusOr<double> TrainMicroStep(const MlpShape& shape, engine::ZeroEngine& engine,
-                                      const Batch& batch);
+                                      const Batch& batch, engine::Buffer* device_staging = nullptr);
 
 }  // namespace zerod::examples
 

@@ -2,6 +2,7 @@
 //
 //   zerorun -n 4 -- build/bin/train_mlp --stage 3 --steps 20 --dtype bf16 --seed 1
 //   build/bin/train_mlp --reference --world 4 --steps 20 --dtype bf16 --seed 1
+//   zerorun -n 1 -- build/bin/train_mlp --device cuda:0 ...   (CUDA builds: GPU buffers, NCCL)
 //
 // Every rank prints "step S loss L time T ms" (its own samples' loss); rank 0 ends with one JSON
 // line: the global final loss, model-state bytes per rank, bytes communicated per step, ...
@@ -10,9 +11,11 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -41,11 +44,11 @@ long PeakRssKib() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string stage_text = "3", dtype_text = "fp32", job, endpoint;
+  std::string stage_text = "3", dtype_text = "fp32", job, endpoint, device = "cpu";
   int64_t steps = 10, world = 0, batch = 48, accumulation = 1;
   uint64_t seed = 1;
   double lr = 1e-2, clip = 0.0;
-  bool reference = false;
+  bool reference = false, shared_gathers = false;
   examples::MlpShape shape;
   CLI::App app{"train_mlp: the example MLP trained with ZeRO under zerod"};
   app.add_option("--stage", stage_text, "0, 1, 2, 3 or auto")->capture_default_str();
@@ -65,6 +68,12 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", shape.hidden, "Hidden width")->capture_default_str();
   app.add_option("--layers", shape.layers, "Layers (each a stage-3 gather unit)")
       ->capture_default_str();
+  app.add_option("--device", device,
+                 "cpu, or cuda:N (CUDA builds): the engine's buffers on GPU N, NCCL collectives; "
+                 "plain cuda is GPU $ZEROD_LOCAL_RANK")
+      ->capture_default_str();
+  app.add_flag("--shared-gathers", shared_gathers,
+               "Stage 3: gathers share the main communicator instead of their own");
   app.add_flag("--reference", reference, "Unsharded single-process run, no daemon");
   try {
     app.parse(argc, argv);
@@ -87,6 +96,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     stage = stage_text[0] - '0';
+  }
+  if (device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
+    std::cerr << "train_mlp: --device: expected cpu, cuda or cuda:N, got '" << device << "'"
+              << std::endl;
+    return 2;
   }
   if (steps < 1 || batch < 1 || accumulation < 1 || shape.layers < 1 || shape.hidden < 1) {
     std::cerr << "train_mlp: --steps, --batch, --accumulation, --layers and --hidden must be "
@@ -124,6 +138,8 @@ int main(int argc, char** argv) {
     options.endpoint = endpoint;
     options.job_id = job;
     options.world_size = world;
+    options.device = device;
+    options.gather_communicator = !shared_gathers;
     options.layout = layout;
     options.plan_options = plan_options;
     auto s = client::TrainerSession::Start(options);
@@ -145,13 +161,22 @@ int main(int argc, char** argv) {
   engine_options.adam.lr = lr;
   engine_options.max_grad_norm = clip;
   engine_options.accumulation_steps = accumulation;
-  if (session) engine_options.check_store = session->store();
+  if (session) session->Configure(engine_options);
   auto created = engine::ZeroEngine::Create(plan, communicator, engine_options);
   if (!created.ok()) return Fail(rank, created.status());
   engine::ZeroEngine& e = **created;
   absl::Status status =
       e.InitParameters([&](int64_t t, float* out) { examples::MlpInit(shape, seed, t, out); });
   if (!status.ok()) return Fail(rank, status);
+  // The model computes on the host; on a GPU its gradients go up through one staging buffer.
+  std::optional<engine::Buffer> staging;
+  if (session && session->device_ops()) {
+    int64_t largest = 0;
+    for (const plan::TensorSpec& t : layout) largest = std::max(largest, t.numel());
+    auto b = engine::Buffer::Allocate(session->device_ops(), DType::kFloat32, largest);
+    if (!b.ok()) return Fail(rank, b.status());
+    staging = *std::move(b);
+  }
 
   auto report = [&](int64_t step) {
     if (!session) return;
@@ -174,7 +199,7 @@ int main(int argc, char** argv) {
     for (int64_t micro = 0; micro < accumulation && status.ok(); ++micro) {
       // Micro-steps of one step use consecutive blocks of the global sample stream.
       const examples::Batch b = data.Make(step * accumulation + micro, first_sample, local);
-      auto micro_loss = examples::TrainMicroStep(shape, e, b);
+      auto micro_loss = examples::TrainMicroStep(shape, e, b, staging ? &*staging : nullptr);
       status = micro_loss.status();
       if (micro_loss.ok()) loss += *micro_loss / static_cast<double>(accumulation);
     }
@@ -197,7 +222,15 @@ int main(int argc, char** argv) {
   // The global final loss: the mean of every rank's (equal-sized) batch loss.
   float global_loss = static_cast<float>(last_loss);
   if (world > 1 && !reference) {
-    status = communicator->AllReduce(&global_loss, 1, DType::kFloat32)->Wait(absl::Seconds(60));
+    // Through the communicator's memory: the staging buffer on a GPU.
+    float* sum = staging ? staging->f32() : &global_loss;
+    if (staging) status = staging->Upload(&global_loss, sizeof(float));
+    if (status.ok()) {
+      status = communicator->AllReduce(sum, 1, DType::kFloat32)->Wait(absl::Seconds(60));
+    }
+    if (status.ok() && staging) {
+      status = session->device_ops()->Download(&global_loss, sum, sizeof(float));
+    }
     if (!status.ok()) return Fail(rank, session->Explain(status));
     global_loss /= static_cast<float>(world);
   }
@@ -210,6 +243,8 @@ int main(int argc, char** argv) {
         {"reference", reference},
         {"stage", plan->stage()},
         {"world_size", world},
+        {"device", session ? session->device() : std::string("cpu")},
+        {"gather_communicator", session && session->gather_communicator() != nullptr},
         {"dtype", std::string(DTypeName(*dtype))},
         {"steps", steps},
         {"params", plan->total_numel()},

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # GPU checks for a machine with an NVIDIA GPU, using a build made elsewhere and carried here (it
 # compiles nothing): the gpu-labelled tests (CUDA Adam against CPU Adam, NCCL collectives on every
-# visible GPU, the engine at stages 0-3 on the GPU against the CPU runtime), then the fused-Adam benchmark beside a device-to-device copy and one step at 2^28
-# parameters. Writes summary.txt and the raw logs under $OUT when it is set. About 2 minutes.
+# visible GPU, the engine at stages 0-3 on the GPU against the CPU runtime, stage-3 gathers on
+# their own communicator and stream, train_mlp on GPUs under a real zerod), then the fused-Adam
+# benchmark beside a device-to-device copy and one step at 2^28 parameters. Writes summary.txt
+# and the raw logs under $OUT when it is set. About 2 minutes.
 #
 #   scripts/gpu-check.sh [BUILD_DIR]     (default: build)
+# A build carried to a GPU machine through the device tool is made small first:
+#   scripts/gpu-bundle.sh build build-gpu; then carry build-gpu and run scripts/gpu-check.sh build-gpu
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -20,14 +24,23 @@ if [ ! -x "$build/bin/adam_cuda_bench" ]; then
   say "no CUDA build in $build (configure with nvcc present, or -DZEROD_CUDA=ON, and build here first)"
   exit 1
 fi
-# The CUDA runtime and NCCL the build linked against.
-export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:/usr/local/cuda/lib"
+# A bundle's own libraries first (scripts/gpu-bundle.sh), then the machine's CUDA runtime and NCCL:
+# the toolkit's, or the one that comes with PyTorch's nvidia-nccl package.
+nccl_dir=
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu \
+  $(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null); do
+  if [ -e "$d/libnccl.so.2" ]; then nccl_dir=$d; break; fi
+done
+say "nccl: ${nccl_dir:-not found}"
+export LD_LIBRARY_PATH="$PWD/$build/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:/usr/local/cuda/lib${nccl_dir:+:$nccl_dir}"
+# The integration tests start zerod, zerorun and train_mlp from this carried build.
+export ZEROD_TEST_BUILD_DIR="$PWD/$build"
 
 status=0
 # The test binaries run directly: ctest's files hold the paths of the machine that configured.
-for t in adam_cuda_test nccl_communicator_test zero_engine_cuda_test; do
+for t in adam_cuda_test nccl_communicator_test zero_engine_cuda_test train_gpu_test; do
   say "== $t"
-  timeout 120 "$build/tests/$t" >"$out/$t.log" 2>&1 || status=1
+  timeout 150 "$build/tests/$t" >"$out/$t.log" 2>&1 || status=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|skipped: no CUDA device" "$out/$t.log" | tee -a "$summary"
   if grep -q "skipped: no CUDA device" "$out/$t.log"; then status=2; fi
 done

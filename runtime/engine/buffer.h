@@ -55,6 +55,8 @@ class Buffer {
   absl::Status Zero(int64_t begin, int64_t count) {
     return ops_->Zero(at(begin), count * DTypeBytes(dtype_));
   }
+  // Copies `bytes` from host memory to the start of the buffer.
+  absl::Status Upload(const void* host, int64_t bytes) { return ops_->Upload(data_, host, bytes); }
 
  private:
   std::shared_ptr<DeviceOps> ops_;

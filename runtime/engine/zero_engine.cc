@@ -23,6 +23,13 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(
         absl::StrCat("engine: the plan is for ", plan->world_size(),
                      " ranks, the communicator has ", comm->world_size()));
   }
+  if (options.gather_comm != nullptr && (options.gather_comm->world_size() != comm->world_size() ||
+                                         options.gather_comm->rank() != comm->rank())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: the gather communicator is rank ", options.gather_comm->rank(),
+                     " of ", options.gather_comm->world_size(), ", the main one rank ",
+                     comm->rank(), " of ", comm->world_size()));
+  }
   if (options.accumulation_steps < 1) {
     return absl::InvalidArgumentError("engine: accumulation_steps must be at least 1");
   }
@@ -40,6 +47,7 @@ ZeroEngine::ZeroEngine(std::shared_ptr<const plan::ShardPlan> plan, comm::Commun
                        EngineOptions options)
     : plan_(std::move(plan)),
       comm_(comm),
+      gather_comm_(options.gather_comm != nullptr ? options.gather_comm : comm),
       options_(std::move(options)),
       rank_(comm->rank()),
       stage_(plan_->stage()),
@@ -144,7 +152,7 @@ absl::Status ZeroEngine::LaunchGather(int64_t unit, int64_t slot) {
                                    seg.slice_numel * DTypeBytes(param_dtype())));
   log_.Record("all_gather", seg.slice_numel, param_dtype());
   slot_work_[static_cast<size_t>(slot)] =
-      comm_->AllGather(buffer.data(), seg.slice_numel, param_dtype());
+      gather_comm_->AllGather(buffer.data(), seg.slice_numel, param_dtype());
   slot_unit_[static_cast<size_t>(slot)] = unit;
   unit_slot_[static_cast<size_t>(unit)] = slot;
   return absl::OkStatus();
@@ -415,6 +423,14 @@ plan::MemoryBreakdown ZeroEngine::MemoryByCategory() const {
   for (const Buffer& b : buckets_) m[MemoryCategory::kBucketBuffers] += b.Bytes();
   for (const Buffer& b : gathers_) m[MemoryCategory::kGatherBuffers] += b.Bytes();
   return m;
+}
+
+std::map<std::string, int64_t> ZeroEngine::BytesSent() const {
+  std::map<std::string, int64_t> sent = comm_->BytesSent();
+  if (gather_comm_ != comm_) {
+    for (const auto& [name, bytes] : gather_comm_->BytesSent()) sent[name] += bytes;
+  }
+  return sent;
 }
 
 int64_t ZeroEngine::AllocatedBytes() const {

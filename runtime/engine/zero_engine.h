@@ -16,9 +16,10 @@
 // reduce-scatter at 1). Step unscales, checks for overflow on every rank, clips by the global
 // norm, runs Adam on the rank's fp32 shard, and all-gathers the new parameters (stages 1-2).
 // Stage 3 gathers a unit on Gather, prefetches the next one, and refuses a tensor of a unit that
-// is not gathered.
+// is not gathered. Given a second communicator (options.gather_comm), stage 3 runs its gathers
+// there, so a prefetch does not queue behind the reduce-scatters of backward.
 //
-// The trainer's thread drives the engine; the communicator runs collectives on its own thread
+// The trainer's thread drives the engine; each communicator runs collectives on its own thread
 // (Gloo) or stream (NCCL). Buffers live where options.device says: host memory by default, GPU
 // memory with CudaOps.
 // Every rank must make the same calls in the same order (the SPMD contract of Communicator).
@@ -58,6 +59,11 @@ struct EngineOptions {
   // steps (0: only when a collective fails or times out), so divergence is named, not a hang.
   std::shared_ptr<comm::Store> check_store;
   int64_t check_every = 0;
+  // Stage 3: a second communicator over the same ranks for parameter gathers (with NCCL, its own
+  // stream; with Gloo, its own thread and connections). A communicator runs its collectives in
+  // the order they were issued, so with one communicator the prefetch of the next unit waits for
+  // every reduce-scatter issued before it. nullptr: gathers share the main communicator.
+  comm::Communicator* gather_comm = nullptr;
 };
 
 struct TensorView {
@@ -103,7 +109,8 @@ class ZeroEngine {
   // Memory held, by category, from the buffers' real sizes; equals the plan's MemoryForRank.
   plan::MemoryBreakdown MemoryByCategory() const;
   int64_t AllocatedBytes() const;
-  std::map<std::string, int64_t> BytesSent() const { return comm_->BytesSent(); }
+  // By collective, over both communicators.
+  std::map<std::string, int64_t> BytesSent() const;
 
   // The full fp32 parameters in model order, unpadded (a collective: every rank calls it).
   absl::StatusOr<std::vector<float>> FullMasterParameters();
@@ -128,6 +135,7 @@ class ZeroEngine {
 
   const std::shared_ptr<const plan::ShardPlan> plan_;
   comm::Communicator* const comm_;
+  comm::Communicator* const gather_comm_;  // comm_ unless options.gather_comm is given
   const EngineOptions options_;
   const int64_t rank_;
   const int stage_;

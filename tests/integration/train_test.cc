@@ -17,30 +17,12 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-// The last line carrying train_mlp's summary (possibly behind zerorun's "[rank 0] " prefix).
-json LastJson(const std::string& out) {
-  size_t end = out.size();
-  while (end > 0) {
-    const size_t begin = out.rfind('\n', end - 1);
-    const size_t start = begin == std::string::npos ? 0 : begin + 1;
-    const std::string line = out.substr(start, end - start);
-    const size_t brace = line.find('{');
-    if (brace != std::string::npos && line.find("\"final_loss\"") != std::string::npos) {
-      return json::parse(line.substr(brace));
-    }
-    if (begin == std::string::npos) break;
-    end = begin;
-  }
-  ADD_FAILURE() << "no summary line in: " << out;
-  return json::object();
-}
-
 json Reference(int64_t world, const std::string& dtype, int64_t steps) {
   const ProcessResult r =
       RunProcess({TRAIN_MLP_PATH, "--reference", "--world", std::to_string(world), "--dtype", dtype,
                   "--steps", std::to_string(steps), "--seed", "3"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  return LastJson(r.out);
+  return TrainSummary(r.out);
 }
 
 TEST(Train, EveryStageEndsWhereTheUnshardedRunEnds) {
@@ -57,12 +39,13 @@ TEST(Train, EveryStageEndsWhereTheUnshardedRunEnds) {
                       "4", "--seed", "3"});
       ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
       EXPECT_THAT(r.out, HasSubstr("[rank 2] step 4 loss"));
-      const json out = LastJson(r.out);
+      const json out = TrainSummary(r.out);
       const double got = out["final_loss"].get<double>();
       // fp32: another reduction order; bf16: 16-bit sums in another order.
       const double tolerance = dtype == "fp32" ? 1e-5 : 2e-2;
       EXPECT_NEAR(got, want, tolerance * want) << job;
       EXPECT_EQ(out["stage"], stage);
+      EXPECT_EQ(out["gather_communicator"], stage == 3) << "stage 3 gathers on their own";
       EXPECT_LE(out["model_state_bytes_per_rank"].get<int64_t>(),
                 reference["model_state_bytes_per_rank"].get<int64_t>());
       // The job's members reported the plan's memory while they trained.
@@ -76,13 +59,50 @@ TEST(Train, EveryStageEndsWhereTheUnshardedRunEnds) {
   }
 }
 
-TEST(Train, AKilledRankReleasesTheOthersWithAnErrorNamingIt) {
+TEST(Train, StageThreeGathersGiveTheSameRunOnEitherCommunicator) {
+  ZerodHarness zerod;
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  std::vector<json> runs;
+  for (const bool shared : {false, true}) {
+    std::vector<std::string> args = {ZERORUN_PATH,
+                                     "-n",
+                                     "2",
+                                     "--endpoint",
+                                     zerod.endpoint(),
+                                     "--job",
+                                     shared ? "shared" : "own",
+                                     "--",
+                                     TRAIN_MLP_PATH,
+                                     "--stage",
+                                     "3",
+                                     "--dtype",
+                                     "bf16",
+                                     "--steps",
+                                     "3"};
+    if (shared) args.push_back("--shared-gathers");
+    const ProcessResult r = RunProcess(args);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    runs.push_back(TrainSummary(r.out));
+    EXPECT_EQ(runs.back()["gather_communicator"], !shared);
+  }
+  // Gathers only move parameters: where they run changes no number and no byte count.
+  EXPECT_EQ(runs[0]["final_loss"], runs[1]["final_loss"]);
+  EXPECT_EQ(runs[0]["comm_bytes_by_collective"], runs[1]["comm_bytes_by_collective"]);
+}
+
+TEST(Train, ABadDeviceIsAUsageError) {
+  const ProcessResult r = RunProcess({TRAIN_MLP_PATH, "--device", "tpu:0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "train_mlp: --device: expected cpu, cuda or cuda:N, got 'tpu:0'\n");
+}
+
+void KillOneOfThree(const std::string& stage) {
   ZerodHarness zerod({"--lease-ttl", "1s", "--restart-grace", "1s"});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < 3; ++r) {
     ranks.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{TRAIN_MLP_PATH, "--stage", "2", "--steps", "100000"},
+        std::vector<std::string>{TRAIN_MLP_PATH, "--stage", stage, "--steps", "100000"},
         zerod.dir().path() + "/rank" + std::to_string(r) + ".log",
         std::vector<std::string>{"ZEROD_ENDPOINT=" + zerod.endpoint(), "ZEROD_JOB=killed",
                                  "ZEROD_RANK=" + std::to_string(r), "ZEROD_WORLD_SIZE=3"}));
@@ -99,6 +119,14 @@ TEST(Train, AKilledRankReleasesTheOthersWithAnErrorNamingIt) {
     EXPECT_THAT(ranks[r]->Output(), HasSubstr("rank 1 was lost")) << ranks[r]->Output();
   }
   EXPECT_LT(absl::Now() - killed, absl::Seconds(10)) << "released within about the lease TTL";
+}
+
+// A kill -9'd rank at stage 2 (one communicator) and stage 3 (a gather communicator too).
+TEST(Train, AKilledRankReleasesTheOthersWithAnErrorNamingIt) {
+  for (const char* stage : {"2", "3"}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage));
+    ASSERT_NO_FATAL_FAILURE(KillOneOfThree(stage));
+  }
 }
 
 TEST(Zerorun, PrefixesOutputSetsTheEnvironmentAndPropagatesFailure) {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -18,8 +19,8 @@ ZerodHarness::ZerodHarness(std::vector<std::string> flags)
 ZerodHarness::~ZerodHarness() = default;
 
 void ZerodHarness::Start() {
-  std::vector<std::string> argv = {ZEROD_PATH,   "--socket",           socket_, "--listen", "",
-                                   "--data-dir", dir_.path() + "/data"};
+  std::vector<std::string> argv = {Built(ZEROD_PATH), "--socket",           socket_, "--listen", "",
+                                   "--data-dir",      dir_.path() + "/data"};
   argv.insert(argv.end(), flags_.begin(), flags_.end());
   std::remove(socket_.c_str());  // a killed daemon's socket; the new one replaces it
   daemon_ = std::make_unique<ChildProcess>(argv, dir_.path() + "/zerod.log");
@@ -58,7 +59,7 @@ std::unique_ptr<client::CoordinatorClient> ZerodHarness::Client(absl::Duration r
 }
 
 std::unique_ptr<ChildProcess> ZerodHarness::StartRank(const std::vector<std::string>& flags) {
-  std::vector<std::string> argv = {JOIN_CLIENT_PATH, "--endpoint", endpoint()};
+  std::vector<std::string> argv = {Built(JOIN_CLIENT_PATH), "--endpoint", endpoint()};
   argv.insert(argv.end(), flags.begin(), flags.end());
   return std::make_unique<ChildProcess>(argv,
                                         dir_.path() + "/rank" + std::to_string(ranks_++) + ".log");
@@ -77,10 +78,34 @@ nlohmann::json ZerodHarness::Finish(ChildProcess& rank, absl::Duration timeout) 
 }
 
 ProcessResult ZerodHarness::Zeroctl(std::vector<std::string> args) {
-  args.insert(args.begin(), ZEROCTL_PATH);
+  args.insert(args.begin(), Built(ZEROCTL_PATH));
   args.push_back("--endpoint");
   args.push_back(endpoint());
   return RunProcess(args);
+}
+
+std::string Built(const std::string& path) {
+  const char* moved = std::getenv("ZEROD_TEST_BUILD_DIR");
+  const std::string built_in = ZEROD_TEST_BUILT_IN;
+  if (moved == nullptr || *moved == '\0' || path.rfind(built_in + "/", 0) != 0) return path;
+  return std::string(moved) + path.substr(built_in.size());
+}
+
+nlohmann::json TrainSummary(const std::string& out) {
+  size_t end = out.size();
+  while (end > 0) {
+    const size_t begin = out.rfind('\n', end - 1);
+    const size_t start = begin == std::string::npos ? 0 : begin + 1;
+    const std::string line = out.substr(start, end - start);
+    const size_t brace = line.find('{');
+    if (brace != std::string::npos && line.find("\"final_loss\"") != std::string::npos) {
+      return nlohmann::json::parse(line.substr(brace));
+    }
+    if (begin == std::string::npos) break;
+    end = begin;
+  }
+  ADD_FAILURE() << "no summary line in: " << out;
+  return nlohmann::json::object();
 }
 
 }  // namespace zerod::testing

@@ -46,6 +46,15 @@ class ZerodHarness {
   int ranks_ = 0;
 };
 
+// A binary of the build these tests belong to (its path as compiled in). With
+// ZEROD_TEST_BUILD_DIR set, the same file under that folder instead: a build carried to another
+// machine, as scripts/gpu-check.sh does.
+std::string Built(const std::string& path);
+
+// train_mlp's summary: the last JSON line with a final_loss, possibly behind zerorun's
+// "[rank 0] " prefix.
+nlohmann::json TrainSummary(const std::string& out);
+
 }  // namespace zerod::testing
 
 #endif  // ZEROD_TESTS_INTEGRATION_ZEROD_HARNESS_H_

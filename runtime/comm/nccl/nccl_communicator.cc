@@ -1,5 +1,6 @@
 #include "runtime/comm/nccl/nccl_communicator.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -91,6 +92,10 @@ absl::StatusOr<ncclComm_t> InitComm(Store& store, int64_t rank, int64_t world,
 }
 
 }  // namespace
+
+void NcclCommunicator::OrderLaunchesAcrossCommunicators() {
+  setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", /*overwrite=*/0);
+}
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     std::shared_ptr<Store> store, int64_t rank, int64_t world_size, NcclOptions options) {

@@ -38,6 +38,15 @@ class NcclCommunicator final : public Communicator {
                                                                   NcclOptions options);
   ~NcclCommunicator() override;
 
+  // Two communicators in use at once on one GPU (the engine's main and stage-3 gather ones) can
+  // deadlock: NCCL kernels block until their peers arrive, and nothing makes the device run the
+  // two communicators' kernels in the same order on every rank. NCCL (2.26 and later) runs them
+  // in host launch order when NCCL_LAUNCH_ORDER_IMPLICIT=1, and the engine launches in the same
+  // order on every rank, so that is enough. Sets the variable unless the environment already
+  // does; call it before creating the first communicator, while no other thread reads the
+  // environment.
+  static void OrderLaunchesAcrossCommunicators();
+
   int64_t rank() const override { return rank_; }
   int64_t world_size() const override { return world_size_; }
   std::unique_ptr<Work> AllReduce(void* data, int64_t count, DType dtype) override;

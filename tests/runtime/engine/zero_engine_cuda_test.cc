@@ -11,6 +11,7 @@
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/in_memory_store.h"
 #include "runtime/comm/nccl/nccl_communicator.h"
+#include "runtime/comm/prefix_store.h"
 #include "runtime/engine/cuda/cuda_ops.h"
 #include "runtime/engine/zero_engine.h"
 
@@ -36,7 +37,8 @@ float Grad(int64_t r, int64_t s, int64_t i, float w) {
 }
 
 // Trains 3 steps on `world` ranks; with `gpu`, buffers on GPU r and NCCL, else host and Gloo.
-std::vector<float> Train(int stage, int world, DType dtype, bool gpu) {
+// With `gather_comm`, stage-3 gathers run on a second communicator (its own stream on a GPU).
+std::vector<float> Train(int stage, int world, DType dtype, bool gpu, bool gather_comm = false) {
   plan::PlanInput in{Layout(), {}};
   in.options.world_size = world;
   in.options.stage = stage;
@@ -52,20 +54,32 @@ std::vector<float> Train(int stage, int world, DType dtype, bool gpu) {
     threads.emplace_back([&, r] {
       EngineOptions options;
       options.adam = {1e-2, 0.9, 0.99, 1e-8, 0.0, false};
-      std::unique_ptr<comm::Communicator> comm;
+      std::unique_ptr<comm::Communicator> comm, gathers;
+      auto gather_store = std::make_shared<comm::PrefixStore>("gather", store);
       if (gpu) {
         auto ops = CudaOps(r);
         ASSERT_TRUE(ops.ok()) << ops.status();
         options.device = *ops;
-        auto c = comm::NcclCommunicator::Create(store, r, world,
-                                                {r, CudaOpsStream(**ops), absl::Seconds(60)});
+        const comm::NcclOptions nccl{r, CudaOpsStream(**ops), absl::Seconds(60)};
+        auto c = comm::NcclCommunicator::Create(store, r, world, nccl);
         ASSERT_TRUE(c.ok()) << c.status();
         comm = std::move(*c);
+        if (gather_comm) {
+          auto g = comm::NcclCommunicator::Create(gather_store, r, world, nccl);
+          ASSERT_TRUE(g.ok()) << g.status();
+          gathers = std::move(*g);
+        }
       } else {
         auto c = comm::GlooCommunicator::Create(store, r, world, {});
         ASSERT_TRUE(c.ok()) << c.status();
         comm = std::move(*c);
+        if (gather_comm) {
+          auto g = comm::GlooCommunicator::Create(gather_store, r, world, {});
+          ASSERT_TRUE(g.ok()) << g.status();
+          gathers = std::move(*g);
+        }
       }
+      options.gather_comm = gathers.get();
       auto e = ZeroEngine::Create(plan, comm.get(), options);
       ASSERT_TRUE(e.ok()) << e.status();
       EXPECT_EQ((*e)->AllocatedBytes(), plan->AllocatedBytesPerRank());
@@ -127,6 +141,23 @@ TEST(ZeroEngineCuda, EveryStageMatchesTheCpuRuntime) {
           ASSERT_NEAR(gpu[i], cpu[i], dtype == DType::kFloat32 ? 1e-5 : 2e-3) << i;
         }
       }
+    }
+  }
+}
+
+TEST(ZeroEngineCuda, StageThreeGathersOnTheirOwnStreamMatchTheCpuRuntime) {
+  const int world = Devices();
+  if (world == 0) GTEST_SKIP() << "skipped: no CUDA device";
+  comm::NcclCommunicator::OrderLaunchesAcrossCommunicators();
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " on ", world, " GPUs"));
+    const std::vector<float> cpu = Train(3, world, dtype, false, /*gather_comm=*/true);
+    const std::vector<float> gpu = Train(3, world, dtype, true, /*gather_comm=*/true);
+    const std::vector<float> shared = Train(3, world, dtype, true, /*gather_comm=*/false);
+    EXPECT_EQ(gpu, shared) << "where the gathers run changes no number";
+    ASSERT_EQ(cpu.size(), gpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      ASSERT_NEAR(gpu[i], cpu[i], dtype == DType::kFloat32 ? 1e-5 : 2e-3) << i;
     }
   }
 }

@@ -95,12 +95,14 @@ struct RankOutcome {
   plan::MemoryBreakdown memory;
   int64_t allocated = 0;
   std::map<std::string, int64_t> sent;
+  std::map<std::string, int64_t> gather_comm_sent;  // what the gather communicator sent
   absl::Status status;
 };
 
-// Trains `steps` steps on `world` ranks; returns each rank's final full parameters.
+// Trains `steps` steps on `world` ranks; returns each rank's final full parameters. With
+// `gather_comm`, every rank gives the engine a second Gloo communicator for stage-3 gathers.
 std::vector<RankOutcome> Train(int stage, int64_t world, DType dtype, int64_t steps,
-                               EngineOptions options) {
+                               EngineOptions options, bool gather_comm = false) {
   static int group = 0;
   auto store = std::make_shared<comm::PrefixStore>(absl::StrCat("g", group++),
                                                    std::make_shared<comm::InMemoryStore>());
@@ -115,7 +117,19 @@ std::vector<RankOutcome> Train(int stage, int64_t world, DType dtype, int64_t st
         o.status = comm.status();
         return;
       }
-      auto engine = ZeroEngine::Create(plan, comm->get(), options);
+      std::unique_ptr<comm::GlooCommunicator> gathers;
+      EngineOptions rank_options = options;
+      if (gather_comm) {
+        auto g = comm::GlooCommunicator::Create(
+            std::make_shared<comm::PrefixStore>("gather", store), r, world, {});
+        if (!g.ok()) {
+          o.status = g.status();
+          return;
+        }
+        gathers = *std::move(g);
+        rank_options.gather_comm = gathers.get();
+      }
+      auto engine = ZeroEngine::Create(plan, comm->get(), rank_options);
       if (!engine.ok()) {
         o.status = engine.status();
         return;
@@ -152,6 +166,7 @@ std::vector<RankOutcome> Train(int stage, int64_t world, DType dtype, int64_t st
         }
       }
       o.sent = e.BytesSent();
+      if (gathers) o.gather_comm_sent = gathers->BytesSent();
       o.memory = e.MemoryByCategory();
       o.allocated = e.AllocatedBytes();
       if (o.status.ok()) {
@@ -201,6 +216,58 @@ TEST(ZeroEngine, EveryStageWorldSizeAndDtypeMatchesTheReference) {
       }
     }
   }
+}
+
+TEST(ZeroEngine, StageThreeWithItsOwnGatherCommunicatorMatchesTheReference) {
+  const int64_t steps = 3;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (int64_t world : {1, 2, 3}) {
+      SCOPED_TRACE(absl::StrCat("world ", world, " ", DTypeName(dtype)));
+      const std::vector<float> want = Reference(world, steps, dtype, Options(dtype).adam);
+      const auto shared = Train(3, world, dtype, steps, Options(dtype));
+      const auto separate = Train(3, world, dtype, steps, Options(dtype), /*gather_comm=*/true);
+      for (size_t r = 0; r < separate.size(); ++r) {
+        ASSERT_TRUE(separate[r].status.ok()) << separate[r].status;
+        ASSERT_EQ(separate[r].params.size(), want.size());
+        // Gathers only move parameters: where they run changes no number.
+        EXPECT_EQ(separate[r].params, shared[r].params) << "rank " << r;
+        EXPECT_EQ(separate[r].sent, shared[r].sent) << "both communicators' bytes are counted";
+        if (world > 1) {
+          EXPECT_GT(separate[r].sent.at("all_gather"), 0);
+          EXPECT_EQ(
+              separate[r].gather_comm_sent,
+              (std::map<std::string, int64_t>{{"all_gather", separate[r].sent.at("all_gather")}}))
+              << "every gather ran on the gather communicator, nothing else did";
+        }
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(separate[r].params[i], want[i], dtype == DType::kFloat32 ? 1e-5 : 1.5e-3);
+        }
+      }
+    }
+  }
+}
+
+TEST(ZeroEngine, AGatherCommunicatorOfAnotherShapeIsRefused) {
+  auto store = std::make_shared<comm::InMemoryStore>();
+  auto main = comm::GlooCommunicator::Create(store, 0, 1, {});
+  ASSERT_TRUE(main.ok()) << main.status();
+  absl::StatusOr<std::unique_ptr<comm::GlooCommunicator>> peer_comm;
+  std::thread peer([&] {
+    peer_comm =
+        comm::GlooCommunicator::Create(std::make_shared<comm::PrefixStore>("two", store), 1, 2, {});
+  });
+  auto two =
+      comm::GlooCommunicator::Create(std::make_shared<comm::PrefixStore>("two", store), 0, 2, {});
+  peer.join();
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_TRUE(peer_comm.ok()) << peer_comm.status();
+  EngineOptions options;
+  options.gather_comm = two->get();
+  auto e = ZeroEngine::Create(MakePlan(3, 1, DType::kFloat32), main->get(), options);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(e.status().message()),
+              HasSubstr("gather communicator is rank 0 of 2, the main one rank 0 of 1"));
 }
 
 TEST(ZeroEngine, MemoryIsWhatThePlanSays) {
