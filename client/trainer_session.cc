@@ -1,6 +1,7 @@
 #include "client/trainer_session.h"
 
 #include <cstdlib>
+#include <functional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -33,8 +34,8 @@ absl::Status EnvInt(const char* name, int64_t& target) {
   return absl::OkStatus();
 }
 
-// "cpu" is -1; "cuda:N" is GPU N; plain "cuda" is GPU $ZEROD_LOCAL_RANK (zerorun sets it: one
-// GPU per local rank, as torchrun's LOCAL_RANK), else 0.
+}  // namespace
+
 absl::StatusOr<int> ParseDevice(const std::string& device) {
   if (device == "cpu") return -1;
   int n = 0;
@@ -43,7 +44,7 @@ absl::StatusOr<int> ParseDevice(const std::string& device) {
     if (local.empty()) return 0;
     if (!absl::SimpleAtoi(local, &n) || n < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("ZEROD_LOCAL_RANK='", local, "' is not a GPU index"));
+          absl::StrCat("plain cuda is GPU $ZEROD_LOCAL_RANK, which is '", local, "'"));
     }
     return n;
   }
@@ -51,10 +52,8 @@ absl::StatusOr<int> ParseDevice(const std::string& device) {
     return n;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("device '", device, "': expected cpu, cuda or cuda:N"));
+      absl::StrCat("expected cpu, cuda or cuda:N, got '", device, "'"));
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOptions o) {
   if (o.job_id.empty()) o.job_id = Env("ZEROD_JOB");
@@ -69,7 +68,11 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
   if (o.world_size < 1) {
     return absl::InvalidArgumentError("no world size: pass it or set ZEROD_WORLD_SIZE");
   }
-  ZEROD_ASSIGN_OR_RETURN(const int device, ParseDevice(o.device));
+  const absl::StatusOr<int> parsed = ParseDevice(o.device);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("device: ", parsed.status().message()));
+  }
+  const int device = *parsed;
   if (device >= 0) o.device = absl::StrCat("cuda:", device);  // what the coordinator shows
 #if defined(ZEROD_HAVE_CUDA)
   if (device >= 0) {
@@ -135,19 +138,16 @@ absl::Status TrainerSession::Connect() {
   const bool gathers =
       options_.gather_communicator && membership_.plan->stage() == 3 && membership_.world_size > 1;
   const int64_t rank = membership_.rank, world = membership_.world_size;
-  auto keys = [this](const char* name) {
-    return std::make_shared<comm::PrefixStore>(name, store_);
-  };
-  std::unique_ptr<comm::Communicator> main, gather;
+  // Makes one communicator of this session's backend, its rendezvous keys under `name`.
+  std::function<absl::StatusOr<std::unique_ptr<comm::Communicator>>(const std::string&)> make;
   if (device_ < 0) {
     comm::GlooOptions gloo;
     gloo.timeout = options_.collective_timeout;
     if (const std::string host = Env("ZEROD_GLOO_HOST"); !host.empty()) gloo.hostname = host;
-    ZEROD_ASSIGN_OR_RETURN(main, comm::GlooCommunicator::Create(keys("gloo"), rank, world, gloo));
-    if (gathers) {
-      ZEROD_ASSIGN_OR_RETURN(
-          gather, comm::GlooCommunicator::Create(keys("gloo-gather"), rank, world, gloo));
-    }
+    make = [this, rank, world, gloo](const std::string& name) {
+      return comm::GlooCommunicator::Create(
+          std::make_shared<comm::PrefixStore>("gloo" + name, store_), rank, world, gloo);
+    };
   } else {
 #if defined(ZEROD_HAVE_CUDA)
     ZEROD_ASSIGN_OR_RETURN(device_ops_, engine::CudaOps(device_));
@@ -155,12 +155,16 @@ absl::Status TrainerSession::Connect() {
     nccl.device = device_;
     nccl.compute_stream = engine::CudaOpsStream(*device_ops_);
     nccl.timeout = options_.collective_timeout;
-    ZEROD_ASSIGN_OR_RETURN(main, comm::NcclCommunicator::Create(keys("nccl"), rank, world, nccl));
-    if (gathers) {
-      ZEROD_ASSIGN_OR_RETURN(
-          gather, comm::NcclCommunicator::Create(keys("nccl-gather"), rank, world, nccl));
-    }
+    make = [this, rank, world, nccl](const std::string& name) {
+      return comm::NcclCommunicator::Create(
+          std::make_shared<comm::PrefixStore>("nccl" + name, store_), rank, world, nccl);
+    };
 #endif
+  }
+  std::unique_ptr<comm::Communicator> main, gather;
+  ZEROD_ASSIGN_OR_RETURN(main, make(""));
+  if (gathers) {
+    ZEROD_ASSIGN_OR_RETURN(gather, make("-gather"));
   }
   absl::MutexLock lock(&mu_);
   communicator_ = std::move(main);

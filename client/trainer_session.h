@@ -30,12 +30,17 @@
 
 namespace zerod::client {
 
+// A device name: "cpu" is -1; "cuda:N" is GPU N; plain "cuda" is GPU $ZEROD_LOCAL_RANK (zerorun
+// sets it: one GPU per local rank, as torchrun's LOCAL_RANK), else 0. Anything else is an error
+// that says what is expected.
+absl::StatusOr<int> ParseDevice(const std::string& device);
+
 struct SessionOptions {
   std::string endpoint;        // default $ZEROD_ENDPOINT
   std::string job_id;          // default $ZEROD_JOB
   int64_t rank = -2;           // default $ZEROD_RANK, else any
   int64_t world_size = 0;      // default $ZEROD_WORLD_SIZE
-  std::string device = "cpu";  // or "cuda:N"
+  std::string device = "cpu";  // or "cuda", "cuda:N" (ParseDevice)
   // 0: unbounded on a CPU; on "cuda:N", what cudaMemGetInfo reports free (CUDA builds).
   int64_t budget_bytes = 0;
   std::vector<plan::TensorSpec> layout;

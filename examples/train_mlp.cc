@@ -97,9 +97,8 @@ int main(int argc, char** argv) {
     }
     stage = stage_text[0] - '0';
   }
-  if (device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
-    std::cerr << "train_mlp: --device: expected cpu, cuda or cuda:N, got '" << device << "'"
-              << std::endl;
+  if (const absl::StatusOr<int> d = client::ParseDevice(device); !d.ok()) {
+    std::cerr << "train_mlp: --device: " << d.status().message() << std::endl;
     return 2;
   }
   if (steps < 1 || batch < 1 || accumulation < 1 || shape.layers < 1 || shape.hidden < 1) {
