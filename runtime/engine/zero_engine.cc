@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/common/status_macros.h"
 
 namespace zerod::engine {
@@ -60,48 +61,47 @@ absl::Status ZeroEngine::AllocateBuffers() {
         a.category == MemoryCategory::kGrads || a.category == MemoryCategory::kBucketBuffers;
     const DType dtype =
         a.element_bytes == 4 ? DType::kFloat32 : (grads ? grad_dtype() : param_dtype());
-    auto make = [&]() { return Buffer::Allocate(ops_, dtype, a.numel); };
-    if (a.name == "params") {
-      ZEROD_ASSIGN_OR_RETURN(params_, make());
+    auto make = [&]() -> absl::StatusOr<PlannedBuffer> {
+      ZEROD_ASSIGN_OR_RETURN(Buffer memory, Buffer::Allocate(ops_, dtype, a.numel));
+      return PlannedBuffer{std::move(memory), a.layout};
+    };
+    if (PlannedBuffer* single = SingleBuffer(a.category)) {
+      ZEROD_ASSIGN_OR_RETURN(*single, make());
+      continue;
     }
-    if (a.name == "grads") {
-      ZEROD_ASSIGN_OR_RETURN(grads_, make());
-    }
-    if (a.name == "master") {
-      ZEROD_ASSIGN_OR_RETURN(master_, make());
-    }
-    if (a.name == "adam_m") {
-      ZEROD_ASSIGN_OR_RETURN(exp_avg_, make());
-    }
-    if (a.name == "adam_v") {
-      ZEROD_ASSIGN_OR_RETURN(exp_avg_sq_, make());
-    }
-    for (int64_t i = 0; a.name == "bucket" && i < a.count; ++i) {
-      ZEROD_ASSIGN_OR_RETURN(Buffer b, make());
-      buckets_.push_back(std::move(b));
-    }
-    for (int64_t i = 0; a.name == "gather" && i < a.count; ++i) {
-      ZEROD_ASSIGN_OR_RETURN(Buffer b, make());
-      gathers_.push_back(std::move(b));
+    for (int64_t i = 0; i < a.count; ++i) {
+      ZEROD_ASSIGN_OR_RETURN(PlannedBuffer b, make());
+      if (a.category == MemoryCategory::kBucketBuffers) buckets_.push_back({std::move(b)});
+      if (a.category == MemoryCategory::kGatherBuffers) gathers_.push_back({std::move(b)});
     }
   }
   ZEROD_ASSIGN_OR_RETURN(totals_, Buffer::Allocate(ops_, DType::kFloat32, 2));
-  const size_t tensors = plan_->tensors().size();
-  const size_t segments = plan_->segments().size();
-  grad_seen_.assign(tensors, false);
-  segment_pending_.assign(segments, 0);
-  for (size_t k = 0; k < segments; ++k) segment_pending_[k] = plan_->segments()[k].tensor_count;
-  segment_bucket_.assign(segments, -1);
-  bucket_flight_.resize(buckets_.size());
-  unit_slot_.assign(segments, -1);
-  slot_work_.resize(gathers_.size());
-  slot_unit_.assign(gathers_.size(), -1);
+  grad_seen_.assign(plan_->tensors().size(), false);
+  segments_.resize(plan_->segments().size());
+  for (size_t k = 0; k < segments_.size(); ++k) {
+    segments_[k].grads_pending = plan_->segments()[k].tensor_count;
+  }
   return absl::OkStatus();
 }
 
 ZeroEngine::~ZeroEngine() = default;
 
-float* ZeroEngine::Master() { return mixed() ? master_.f32() : params_.f32(); }
+ZeroEngine::PlannedBuffer* ZeroEngine::SingleBuffer(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kParams:
+      return &params_;
+    case MemoryCategory::kGrads:
+      return &grads_;
+    case MemoryCategory::kMaster:
+      return &master_;
+    case MemoryCategory::kAdamM:
+      return &exp_avg_;
+    case MemoryCategory::kAdamV:
+      return &exp_avg_sq_;
+    default:
+      return nullptr;
+  }
+}
 
 int64_t ZeroEngine::UnitOf(int64_t tensor) const {
   return plan_->placements()[static_cast<size_t>(tensor)].segment;
@@ -109,53 +109,65 @@ int64_t ZeroEngine::UnitOf(int64_t tensor) const {
 
 absl::Status ZeroEngine::Wait(std::unique_ptr<comm::Work> work) {
   absl::Status s = work->Wait(options_.collective_timeout);
-  if (s.ok() || options_.check_store == nullptr) return s;
-  // Name the culprit if the ranks' collective sequences disagree.
-  absl::Status check = log_.Compare(*options_.check_store, absl::StrCat("failure-", log_.count()),
-                                    rank_, plan_->world_size(), absl::Seconds(5));
-  if (!check.ok())
-    return absl::Status(check.code(), absl::StrCat(check.message(), "; ", s.message()));
-  return s;
+  if (s.ok()) return s;
+  if (options_.check_store != nullptr) {
+    // Name the culprit if the ranks' collective sequences disagree.
+    absl::Status check = log_.Compare(*options_.check_store, absl::StrCat("failure-", log_.count()),
+                                      rank_, plan_->world_size(), absl::Seconds(5));
+    if (!check.ok()) {
+      s = absl::Status(check.code(), absl::StrCat(check.message(), "; ", s.message()));
+    }
+  }
+  return options_.explain_failure ? options_.explain_failure(s) : s;
 }
 
 absl::Status ZeroEngine::InitParameters(const std::function<void(int64_t, float*)>& init) {
   std::vector<float> full;
-  std::vector<char> staged;  // values converted to the parameter dtype, on the host
-  const int64_t pb = DTypeBytes(param_dtype());
-  auto upload_params = [&](int64_t at, const float* values, int64_t n) -> absl::Status {
-    staged.resize(static_cast<size_t>(n * pb));
-    for (int64_t i = 0; i < n; ++i) StoreAs(param_dtype(), staged.data(), i, values[i]);
-    return ops_->Upload(params_.at(at), staged.data(), n * pb);
+  std::vector<char> staged;  // values converted to a buffer's dtype, on the host
+  auto upload = [&](PlannedBuffer& b, int64_t at, const float* values, int64_t n) {
+    const DType dtype = b.memory.dtype();
+    if (dtype == DType::kFloat32) return ops_->Upload(b.memory.at(at), values, n * 4);
+    staged.resize(static_cast<size_t>(n * DTypeBytes(dtype)));
+    for (int64_t i = 0; i < n; ++i) StoreAs(dtype, staged.data(), i, values[i]);
+    return ops_->Upload(b.memory.at(at), staged.data(), n * DTypeBytes(dtype));
   };
-  for (int64_t t = 0; t < static_cast<int64_t>(plan_->tensors().size()); ++t) {
+  // A sharded buffer keeps this rank's pieces of tensor t, any other the whole tensor.
+  auto put = [&](PlannedBuffer& b, int64_t t) -> absl::Status {
     const plan::TensorPlacement& place = plan_->placements()[static_cast<size_t>(t)];
-    full.assign(static_cast<size_t>(place.numel), 0.0f);
-    init(t, full.data());
+    if (b.layout != plan::BufferLayout::kShard) {
+      return upload(b, place.flat_offset, full.data(), place.numel);
+    }
     for (const plan::Piece& p : plan_->Pieces(t)) {
       if (p.owner_rank != plan::kReplicated && p.owner_rank != rank_) continue;
-      const float* values = full.data() + p.tensor_offset;
-      if (mixed()) {
-        ZEROD_RETURN_IF_ERROR(ops_->Upload(master_.f32() + p.shard_offset, values, p.numel * 4));
-      }
-      if (stage_ == 3) ZEROD_RETURN_IF_ERROR(upload_params(p.shard_offset, values, p.numel));
+      ZEROD_RETURN_IF_ERROR(upload(b, p.shard_offset, full.data() + p.tensor_offset, p.numel));
     }
-    if (stage_ < 3)
-      ZEROD_RETURN_IF_ERROR(upload_params(place.flat_offset, full.data(), place.numel));
+    return absl::OkStatus();
+  };
+  for (int64_t t = 0; t < static_cast<int64_t>(plan_->tensors().size()); ++t) {
+    full.assign(static_cast<size_t>(plan_->placements()[static_cast<size_t>(t)].numel), 0.0f);
+    init(t, full.data());
+    ZEROD_RETURN_IF_ERROR(put(params_, t));
+    if (mixed()) ZEROD_RETURN_IF_ERROR(put(master_, t));
   }
   return ops_->Synchronize();
 }
 
-absl::Status ZeroEngine::LaunchGather(int64_t unit, int64_t slot) {
-  const plan::Segment& seg = plan_->segments()[static_cast<size_t>(unit)];
-  Buffer& buffer = gathers_[static_cast<size_t>(slot)];
-  ZEROD_RETURN_IF_ERROR(ops_->Copy(buffer.at(rank_ * seg.slice_numel), params_.at(seg.shard_offset),
-                                   seg.slice_numel * DTypeBytes(param_dtype())));
-  log_.Record("all_gather", seg.slice_numel, param_dtype());
-  slot_work_[static_cast<size_t>(slot)] =
-      gather_comm_->AllGather(buffer.data(), seg.slice_numel, param_dtype());
-  slot_unit_[static_cast<size_t>(slot)] = unit;
-  unit_slot_[static_cast<size_t>(unit)] = slot;
+absl::Status ZeroEngine::LaunchGather(int64_t segment, int64_t gather) {
+  GatherBuffer& g = gathers_[static_cast<size_t>(gather)];
+  const plan::OwnedRange mine = plan_->SliceOf(rank_, segment);
+  ZEROD_RETURN_IF_ERROR(ops_->Copy(g.buffer.Slice(mine), params_.Slice(mine),
+                                   mine.numel * DTypeBytes(param_dtype())));
+  log_.Record("all_gather", mine.numel, param_dtype());
+  g.gather = gather_comm_->AllGather(g.buffer.memory.data(), mine.numel, param_dtype());
+  g.segment = segment;
+  segments_[static_cast<size_t>(segment)].gather = gather;
   return absl::OkStatus();
+}
+
+absl::Status ZeroEngine::WaitGather(int64_t gather) {
+  GatherBuffer& g = gathers_[static_cast<size_t>(gather)];
+  if (g.gather == nullptr) return absl::OkStatus();
+  return Wait(std::move(g.gather));
 }
 
 absl::Status ZeroEngine::Gather(int64_t unit) {
@@ -166,41 +178,41 @@ absl::Status ZeroEngine::Gather(int64_t unit) {
   if (stage_ < 3) return absl::OkStatus();
   if (last_gathered_ >= 0 && unit != last_gathered_) direction_ = unit > last_gathered_ ? 1 : -1;
   last_gathered_ = unit;
-  if (unit_slot_[static_cast<size_t>(unit)] < 0) {
-    const auto free = std::find(slot_unit_.begin(), slot_unit_.end(), -1);
-    if (free == slot_unit_.end()) {
+  auto free_gather = [&]() -> int64_t {
+    for (size_t g = 0; g < gathers_.size(); ++g) {
+      if (gathers_[g].segment < 0) return static_cast<int64_t>(g);
+    }
+    return -1;
+  };
+  if (segments_[static_cast<size_t>(unit)].gather < 0) {
+    const int64_t g = free_gather();
+    if (g < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("engine: cannot gather unit ", unit, ": all ", gathers_.size(),
                        " gather buffers hold units (plan max_live_units); Release one first"));
     }
-    ZEROD_RETURN_IF_ERROR(LaunchGather(unit, free - slot_unit_.begin()));
+    ZEROD_RETURN_IF_ERROR(LaunchGather(unit, g));
   }
-  const int64_t slot = unit_slot_[static_cast<size_t>(unit)];
-  if (slot_work_[static_cast<size_t>(slot)]) {
-    ZEROD_RETURN_IF_ERROR(Wait(std::move(slot_work_[static_cast<size_t>(slot)])));
-  }
+  ZEROD_RETURN_IF_ERROR(WaitGather(segments_[static_cast<size_t>(unit)].gather));
   // Prefetch the next unit in the direction of travel while this one is in use.
   const int64_t next = unit + direction_;
   if (plan_->options().prefetch_depth > 0 && next >= 0 && next < num_units() &&
-      unit_slot_[static_cast<size_t>(next)] < 0) {
-    const auto free = std::find(slot_unit_.begin(), slot_unit_.end(), -1);
-    if (free != slot_unit_.end())
-      ZEROD_RETURN_IF_ERROR(LaunchGather(next, free - slot_unit_.begin()));
+      segments_[static_cast<size_t>(next)].gather < 0) {
+    const int64_t g = free_gather();
+    if (g >= 0) ZEROD_RETURN_IF_ERROR(LaunchGather(next, g));
   }
   return absl::OkStatus();
 }
 
 absl::Status ZeroEngine::Release(int64_t unit) {
   if (stage_ < 3) return absl::OkStatus();
-  if (unit < 0 || unit >= num_units() || unit_slot_[static_cast<size_t>(unit)] < 0) {
+  if (unit < 0 || unit >= num_units() || segments_[static_cast<size_t>(unit)].gather < 0) {
     return absl::FailedPreconditionError(absl::StrCat("engine: unit ", unit, " is not gathered"));
   }
-  const int64_t slot = unit_slot_[static_cast<size_t>(unit)];
-  if (slot_work_[static_cast<size_t>(slot)]) {
-    ZEROD_RETURN_IF_ERROR(Wait(std::move(slot_work_[static_cast<size_t>(slot)])));
-  }
-  slot_unit_[static_cast<size_t>(slot)] = -1;
-  unit_slot_[static_cast<size_t>(unit)] = -1;
+  const int64_t g = segments_[static_cast<size_t>(unit)].gather;
+  ZEROD_RETURN_IF_ERROR(WaitGather(g));
+  gathers_[static_cast<size_t>(g)].segment = -1;
+  segments_[static_cast<size_t>(unit)].gather = -1;
   return absl::OkStatus();
 }
 
@@ -209,18 +221,17 @@ absl::StatusOr<TensorView> ZeroEngine::Param(int64_t tensor) {
     return absl::InvalidArgumentError(absl::StrCat("engine: no tensor ", tensor));
   }
   const plan::TensorPlacement& place = plan_->placements()[static_cast<size_t>(tensor)];
-  if (stage_ < 3) return TensorView{params_.at(place.flat_offset), param_dtype(), place.numel};
-  const int64_t slot = unit_slot_[static_cast<size_t>(place.segment)];
-  if (slot < 0) {
+  if (stage_ < 3) {
+    return TensorView{params_.memory.at(place.flat_offset), param_dtype(), place.numel};
+  }
+  const int64_t g = segments_[static_cast<size_t>(place.segment)].gather;
+  if (g < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("engine: tensor '", plan_->tensors()[static_cast<size_t>(tensor)].name,
                      "' (unit ", place.segment, ") used before Gather(", place.segment, ")"));
   }
-  if (slot_work_[static_cast<size_t>(slot)]) {
-    ZEROD_RETURN_IF_ERROR(Wait(std::move(slot_work_[static_cast<size_t>(slot)])));
-  }
-  const plan::Segment& seg = plan_->segments()[static_cast<size_t>(place.segment)];
-  return TensorView{gathers_[static_cast<size_t>(slot)].at(place.flat_offset - seg.flat_offset),
+  ZEROD_RETURN_IF_ERROR(WaitGather(g));
+  return TensorView{gathers_[static_cast<size_t>(g)].buffer.memory.at(place.segment_offset),
                     param_dtype(), place.numel};
 }
 
@@ -236,31 +247,40 @@ absl::Status ZeroEngine::ParamToFloat(int64_t tensor, float* out) {
   return absl::OkStatus();
 }
 
-absl::Status ZeroEngine::WaitReduceScatter(int64_t slot) {
-  InFlightBucket& flight = bucket_flight_[static_cast<size_t>(slot)];
-  if (flight.segment < 0) return absl::OkStatus();
-  ZEROD_RETURN_IF_ERROR(Wait(std::move(flight.work)));
-  const plan::Segment& seg = plan_->segments()[static_cast<size_t>(flight.segment)];
-  Buffer& bucket = buckets_[static_cast<size_t>(slot)];
-  ZEROD_RETURN_IF_ERROR(ops_->AddSame(grad_dtype(), grads_.at(seg.shard_offset),
-                                      bucket.at(rank_ * seg.slice_numel), seg.slice_numel));
-  ZEROD_RETURN_IF_ERROR(bucket.Zero(0, seg.padded_numel));
-  flight.segment = -1;
+absl::Status ZeroEngine::FinishReduceScatter(BucketBuffer& bucket) {
+  if (bucket.reduce == nullptr) return absl::OkStatus();
+  ZEROD_RETURN_IF_ERROR(Wait(std::move(bucket.reduce)));
+  const plan::OwnedRange mine = plan_->SliceOf(rank_, bucket.segment);
+  ZEROD_RETURN_IF_ERROR(
+      ops_->AddSame(grad_dtype(), grads_.Slice(mine), bucket.buffer.Slice(mine), mine.numel));
+  ZEROD_RETURN_IF_ERROR(bucket.buffer.memory.Zero(
+      0, plan_->segments()[static_cast<size_t>(bucket.segment)].padded_numel));
+  bucket.segment = -1;
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ZeroEngine::BucketSlotFor(int64_t segment) {
-  int64_t& slot = segment_bucket_[static_cast<size_t>(segment)];
-  if (slot >= 0) return slot;
-  // Round-robin over the bucket buffers; reusing one waits for its reduce-scatter.
-  const int64_t candidate = next_bucket_;
-  next_bucket_ = (next_bucket_ + 1) % static_cast<int64_t>(buckets_.size());
-  ZEROD_RETURN_IF_ERROR(WaitReduceScatter(candidate));
-  for (int64_t& s : segment_bucket_) {
-    if (s == candidate) s = -1;
+absl::StatusOr<ZeroEngine::BucketBuffer*> ZeroEngine::BucketFor(int64_t segment) {
+  SegmentState& state = segments_[static_cast<size_t>(segment)];
+  if (state.bucket >= 0) return &buckets_[static_cast<size_t>(state.bucket)];
+  // Round-robin over the bucket buffers; reusing one waits for its reduce-scatter. A buffer that
+  // another segment is still filling is passed over: reusing it would mix the two segments.
+  const int64_t n = static_cast<int64_t>(buckets_.size());
+  for (int64_t tried = 0; tried < n; ++tried) {
+    const int64_t b = next_bucket_;
+    next_bucket_ = (next_bucket_ + 1) % n;
+    BucketBuffer& bucket = buckets_[static_cast<size_t>(b)];
+    if (bucket.segment >= 0 && bucket.reduce == nullptr) continue;
+    ZEROD_RETURN_IF_ERROR(FinishReduceScatter(bucket));
+    bucket.segment = segment;
+    state.bucket = b;
+    return &bucket;
   }
-  slot = candidate;
-  return slot;
+  std::vector<int64_t> filling;
+  for (const BucketBuffer& bucket : buckets_) filling.push_back(bucket.segment);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "engine: a gradient of segment ", segment, " arrived while all ", n,
+      " bucket buffers (plan bucket_buffers) are still filling segments ",
+      absl::StrJoin(filling, ", "), "; give each segment's gradients together, last tensor first"));
 }
 
 absl::Status ZeroEngine::AccumulateGrad(int64_t tensor, const float* grad) {
@@ -274,29 +294,29 @@ absl::Status ZeroEngine::AccumulateGrad(int64_t tensor, const float* grad) {
   }
   grad_seen_[static_cast<size_t>(tensor)] = true;
   const plan::TensorPlacement& place = plan_->placements()[static_cast<size_t>(tensor)];
-  const plan::Segment& seg = plan_->segments()[static_cast<size_t>(place.segment)];
   if (stage_ < 2) {
     ZEROD_RETURN_IF_ERROR(
-        ops_->AddFloat(grad_dtype(), grads_.at(place.flat_offset), grad, place.numel));
+        ops_->AddFloat(grad_dtype(), grads_.memory.at(place.flat_offset), grad, place.numel));
   } else {
-    ZEROD_ASSIGN_OR_RETURN(int64_t slot, BucketSlotFor(place.segment));
-    Buffer& bucket = buckets_[static_cast<size_t>(slot)];
+    ZEROD_ASSIGN_OR_RETURN(BucketBuffer * bucket, BucketFor(place.segment));
     ZEROD_RETURN_IF_ERROR(ops_->AddFloat(
-        grad_dtype(), bucket.at(place.flat_offset - seg.flat_offset), grad, place.numel));
-    if (--segment_pending_[static_cast<size_t>(place.segment)] == 0) {
+        grad_dtype(), bucket->buffer.memory.at(place.segment_offset), grad, place.numel));
+    SegmentState& state = segments_[static_cast<size_t>(place.segment)];
+    if (--state.grads_pending == 0) {
       // The bucket is full: reduce-scatter it while backward continues.
-      log_.Record("reduce_scatter", seg.slice_numel, grad_dtype());
-      bucket_flight_[static_cast<size_t>(slot)] = {
-          place.segment, comm_->ReduceScatter(bucket.data(), seg.slice_numel, grad_dtype())};
-      segment_bucket_[static_cast<size_t>(place.segment)] = -1;
+      const int64_t slice_numel = plan_->segments()[static_cast<size_t>(place.segment)].slice_numel;
+      log_.Record("reduce_scatter", slice_numel, grad_dtype());
+      bucket->reduce =
+          comm_->ReduceScatter(bucket->buffer.memory.data(), slice_numel, grad_dtype());
+      state.bucket = -1;
     }
   }
   if (++grads_this_micro_ == static_cast<int64_t>(plan_->tensors().size())) {
     ++micro_steps_;
     grads_this_micro_ = 0;
     std::fill(grad_seen_.begin(), grad_seen_.end(), false);
-    for (size_t k = 0; k < segment_pending_.size(); ++k) {
-      segment_pending_[k] = plan_->segments()[k].tensor_count;
+    for (size_t k = 0; k < segments_.size(); ++k) {
+      segments_[k].grads_pending = plan_->segments()[k].tensor_count;
     }
   }
   return absl::OkStatus();
@@ -311,23 +331,18 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
   const DType gd = grad_dtype();
   // 1. Finish the reductions.
   if (stage_ >= 2) {
-    for (int64_t s = 0; s < static_cast<int64_t>(buckets_.size()); ++s) {
-      ZEROD_RETURN_IF_ERROR(WaitReduceScatter(s));
-    }
+    for (BucketBuffer& bucket : buckets_) ZEROD_RETURN_IF_ERROR(FinishReduceScatter(bucket));
   } else if (stage_ == 0) {
-    log_.Record("all_reduce", grads_.numel(), gd);
-    ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(grads_.data(), grads_.numel(), gd)));
+    log_.Record("all_reduce", grads_.memory.numel(), gd);
+    ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(grads_.memory.data(), grads_.memory.numel(), gd)));
   } else {
     for (const plan::Segment& seg : plan_->segments()) {
       log_.Record("reduce_scatter", seg.slice_numel, gd);
       ZEROD_RETURN_IF_ERROR(
-          Wait(comm_->ReduceScatter(grads_.at(seg.flat_offset), seg.slice_numel, gd)));
+          Wait(comm_->ReduceScatter(grads_.memory.at(seg.flat_offset), seg.slice_numel, gd)));
     }
   }
   const std::vector<plan::OwnedRange> ranges = plan_->OwnedRanges(rank_);
-  auto grad_of = [&](const plan::OwnedRange& r) {
-    return stage_ >= 2 ? grads_.at(r.shard_offset) : grads_.at(r.flat_offset);
-  };
   // 2. Overflow and the global norm, from this rank's reduced gradients.
   const double scale = scaler_.scale();
   const double mean = 1.0 / (scale * static_cast<double>(plan_->world_size()) *
@@ -340,7 +355,7 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
     bool overflow = false;
     for (const plan::OwnedRange& r : ranges) {
       ZEROD_RETURN_IF_ERROR(
-          ops_->SumSquares(gd, grad_of(r), r.real_numel, &sum_squares, &overflow));
+          ops_->SumSquares(gd, grads_.Slice(r), r.real_numel, &sum_squares, &overflow));
     }
     float totals[2] = {overflow ? 1.0f : 0.0f, static_cast<float>(sum_squares)};
     if (stage_ > 0) {
@@ -354,7 +369,7 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
     result.grad_norm = std::sqrt(static_cast<double>(totals[1])) * mean;
     if (!scaler_.Update(overflow)) {
       // Skipped on every rank: they all saw the same totals.
-      ZEROD_RETURN_IF_ERROR(grads_.Zero(0, grads_.numel()));
+      ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
       micro_steps_ = 0;
       result.applied = false;
       return result;
@@ -366,20 +381,19 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
   // 3. Adam on the owned shard.
   optim::AdamConfig config = options_.adam;
   if (lr) config.lr = *lr;
-  ++step_;
+  const int64_t step = ++step_;
   const optim::AdamScalars k =
-      optim::MakeAdamScalars(config, step_, static_cast<float>(mean * coefficient));
+      optim::MakeAdamScalars(config, step, static_cast<float>(mean * coefficient));
   std::vector<optim::AdamShard> shards;
   for (const plan::OwnedRange& r : ranges) {
     optim::AdamShard shard;
-    shard.param = mixed() ? master_.f32() + r.shard_offset
-                          : params_.f32() + (stage_ == 3 ? r.shard_offset : r.flat_offset);
-    shard.exp_avg = exp_avg_.f32() + r.shard_offset;
-    shard.exp_avg_sq = exp_avg_sq_.f32() + r.shard_offset;
-    shard.grad = grad_of(r);
+    shard.param = Master().F32Slice(r);
+    shard.exp_avg = exp_avg_.F32Slice(r);
+    shard.exp_avg_sq = exp_avg_sq_.F32Slice(r);
+    shard.grad = grads_.Slice(r);
     shard.grad_dtype = gd;
     if (mixed()) {
-      shard.low_precision = stage_ == 3 ? params_.at(r.shard_offset) : params_.at(r.flat_offset);
+      shard.low_precision = params_.Slice(r);
       shard.low_precision_dtype = param_dtype();
     }
     shard.numel = r.numel;
@@ -390,16 +404,16 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
   if (stage_ == 1 || stage_ == 2) {
     for (const plan::Segment& seg : plan_->segments()) {
       log_.Record("all_gather", seg.slice_numel, param_dtype());
-      ZEROD_RETURN_IF_ERROR(
-          Wait(comm_->AllGather(params_.at(seg.flat_offset), seg.slice_numel, param_dtype())));
+      ZEROD_RETURN_IF_ERROR(Wait(
+          comm_->AllGather(params_.memory.at(seg.flat_offset), seg.slice_numel, param_dtype())));
     }
   }
-  ZEROD_RETURN_IF_ERROR(grads_.Zero(0, grads_.numel()));
+  ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
   ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
   micro_steps_ = 0;
   result.applied = true;
-  if (options_.check_store && options_.check_every > 0 && step_ % options_.check_every == 0) {
-    ZEROD_RETURN_IF_ERROR(log_.Compare(*options_.check_store, absl::StrCat("step-", step_), rank_,
+  if (options_.check_store && options_.check_every > 0 && step % options_.check_every == 0) {
+    ZEROD_RETURN_IF_ERROR(log_.Compare(*options_.check_store, absl::StrCat("step-", step), rank_,
                                        plan_->world_size(), options_.collective_timeout));
   }
   return result;
@@ -409,19 +423,22 @@ plan::MemoryBreakdown ZeroEngine::MemoryByCategory() const {
   plan::MemoryBreakdown m;
   const int64_t owned = plan_->OwnedRealNumel(rank_);
   const int64_t total = plan_->total_numel();
-  auto model_state = [&](MemoryCategory c, const Buffer& b, bool sharded) {
-    if (b.numel() == 0) return;
-    const int64_t real = (sharded ? owned : total) * DTypeBytes(b.dtype());
+  auto model_state = [&](MemoryCategory c, const PlannedBuffer& b) {
+    if (b.memory.numel() == 0) return;
+    const int64_t real =
+        (b.layout == plan::BufferLayout::kShard ? owned : total) * DTypeBytes(b.memory.dtype());
     m[c] += real;
-    m[MemoryCategory::kPadding] += b.Bytes() - real;
+    m[MemoryCategory::kPadding] += b.memory.Bytes() - real;
   };
-  model_state(MemoryCategory::kParams, params_, stage_ == 3);
-  model_state(MemoryCategory::kGrads, grads_, stage_ >= 2);
-  model_state(MemoryCategory::kMaster, master_, stage_ >= 1);
-  model_state(MemoryCategory::kAdamM, exp_avg_, stage_ >= 1);
-  model_state(MemoryCategory::kAdamV, exp_avg_sq_, stage_ >= 1);
-  for (const Buffer& b : buckets_) m[MemoryCategory::kBucketBuffers] += b.Bytes();
-  for (const Buffer& b : gathers_) m[MemoryCategory::kGatherBuffers] += b.Bytes();
+  model_state(MemoryCategory::kParams, params_);
+  model_state(MemoryCategory::kGrads, grads_);
+  model_state(MemoryCategory::kMaster, master_);
+  model_state(MemoryCategory::kAdamM, exp_avg_);
+  model_state(MemoryCategory::kAdamV, exp_avg_sq_);
+  for (const BucketBuffer& b : buckets_)
+    m[MemoryCategory::kBucketBuffers] += b.buffer.memory.Bytes();
+  for (const GatherBuffer& g : gathers_)
+    m[MemoryCategory::kGatherBuffers] += g.buffer.memory.Bytes();
   return m;
 }
 
@@ -434,30 +451,32 @@ std::map<std::string, int64_t> ZeroEngine::BytesSent() const {
 }
 
 int64_t ZeroEngine::AllocatedBytes() const {
-  int64_t total =
-      params_.Bytes() + grads_.Bytes() + master_.Bytes() + exp_avg_.Bytes() + exp_avg_sq_.Bytes();
-  for (const Buffer& b : buckets_) total += b.Bytes();
-  for (const Buffer& b : gathers_) total += b.Bytes();
+  int64_t total = 0;
+  for (const PlannedBuffer* b : {&params_, &grads_, &master_, &exp_avg_, &exp_avg_sq_}) {
+    total += b->memory.Bytes();
+  }
+  for (const BucketBuffer& b : buckets_) total += b.buffer.memory.Bytes();
+  for (const GatherBuffer& g : gathers_) total += g.buffer.memory.Bytes();
   return total;
 }
 
 absl::StatusOr<std::vector<float>> ZeroEngine::FullMasterParameters() {
-  ZEROD_ASSIGN_OR_RETURN(Buffer full,
+  ZEROD_ASSIGN_OR_RETURN(Buffer memory,
                          Buffer::Allocate(ops_, DType::kFloat32, plan_->padded_numel()));
-  float* master = Master();
+  PlannedBuffer full{std::move(memory), plan::BufferLayout::kFlat};
+  PlannedBuffer& master = Master();
   for (const plan::OwnedRange& r : plan_->OwnedRanges(rank_)) {
-    const int64_t from = (mixed() || stage_ == 3) ? r.shard_offset : r.flat_offset;
-    ZEROD_RETURN_IF_ERROR(ops_->Copy(full.f32() + r.flat_offset, master + from, r.numel * 4));
+    ZEROD_RETURN_IF_ERROR(ops_->Copy(full.Slice(r), master.Slice(r), r.numel * 4));
   }
   if (stage_ > 0) {
     for (const plan::Segment& seg : plan_->segments()) {
       log_.Record("all_gather", seg.slice_numel, DType::kFloat32);
-      ZEROD_RETURN_IF_ERROR(
-          Wait(comm_->AllGather(full.f32() + seg.flat_offset, seg.slice_numel, DType::kFloat32)));
+      ZEROD_RETURN_IF_ERROR(Wait(
+          comm_->AllGather(full.memory.at(seg.flat_offset), seg.slice_numel, DType::kFloat32)));
     }
   }
   std::vector<float> host(static_cast<size_t>(plan_->padded_numel()));
-  ZEROD_RETURN_IF_ERROR(ops_->Download(host.data(), full.data(), full.Bytes()));
+  ZEROD_RETURN_IF_ERROR(ops_->Download(host.data(), full.memory.data(), full.memory.Bytes()));
   std::vector<float> out;
   out.reserve(static_cast<size_t>(plan_->total_numel()));
   for (const plan::TensorPlacement& place : plan_->placements()) {

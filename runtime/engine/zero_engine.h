@@ -11,7 +11,14 @@
 //     backward: AccumulateGrad(t, dL/dt * loss_scale()) for every tensor, last tensor first
 //   Step()
 //
-// Gradients of a bucket are reduce-scattered as soon as its last tensor arrives (stages 2-3,
+// Names: the plan cuts the flat parameter buffer into segments, and the engine indexes everything
+// by segment. A segment's gradients are reduced as one bucket; at stage 3 the segment is also the
+// gather unit, so the "unit" of Gather/Release/UnitOf/num_units is a segment index. "Bucket
+// buffer" and "gather buffer" name memory a segment passes through, never an index. Where a
+// rank's slice of a segment sits in each buffer comes from the plan (ShardPlan::SliceOf and the
+// buffer's BufferLayout), not from arithmetic here.
+//
+// Gradients of a segment are reduce-scattered as soon as its last tensor arrives (stages 2-3,
 // asynchronously, while backward goes on) or reduced at Step (stages 0-1: all-reduce at 0,
 // reduce-scatter at 1). Step unscales, checks for overflow on every rank, clips by the global
 // norm, runs Adam on the rank's fp32 shard, and all-gathers the new parameters (stages 1-2).
@@ -24,6 +31,7 @@
 // memory with CudaOps.
 // Every rank must make the same calls in the same order (the SPMD contract of Communicator).
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -64,6 +72,9 @@ struct EngineOptions {
   // the order they were issued, so with one communicator the prefetch of the next unit waits for
   // every reduce-scatter issued before it. nullptr: gathers share the main communicator.
   comm::Communicator* gather_comm = nullptr;
+  // Applied to every failed collective before the engine returns it, so the caller gets the
+  // cause rather than the symptom (the trainer session asks the coordinator which rank was lost).
+  std::function<absl::Status(const absl::Status&)> explain_failure;
 };
 
 struct TensorView {
@@ -86,7 +97,9 @@ class ZeroEngine {
 
   const plan::ShardPlan& plan() const { return *plan_; }
   int64_t rank() const { return rank_; }
-  int64_t step() const { return step_; }
+  // Optimizer steps applied or skipped so far. step(), MemoryByCategory() and BytesSent() may be
+  // read from any thread (a heartbeat thread does), the rest only from the trainer's.
+  int64_t step() const { return step_.load(std::memory_order_relaxed); }
   double loss_scale() const { return scaler_.scale(); }
 
   // Sets initial parameters: init(tensor, out) writes the whole tensor in fp32 (every rank
@@ -116,19 +129,45 @@ class ZeroEngine {
   absl::StatusOr<std::vector<float>> FullMasterParameters();
 
  private:
-  struct InFlightBucket {
-    int64_t segment = -1;
-    std::unique_ptr<comm::Work> work;
+  // One of the plan's buffers, with the layout that says where a slice sits in it.
+  struct PlannedBuffer {
+    Buffer memory;
+    plan::BufferLayout layout = plan::BufferLayout::kFlat;
+
+    char* Slice(const plan::OwnedRange& r) { return memory.at(r.OffsetIn(layout)); }
+    float* F32Slice(const plan::OwnedRange& r) { return reinterpret_cast<float*>(Slice(r)); }
+  };
+  // Per segment.
+  struct SegmentState {
+    int64_t grads_pending = 0;  // tensors whose gradient this micro-step has yet to bring
+    int64_t bucket = -1;        // bucket buffer it is filling, or -1
+    int64_t gather = -1;        // gather buffer holding its parameters (stage 3), or -1
+  };
+  // A bucket buffer: one segment's whole gradients until its reduce-scatter lands in the shard.
+  struct BucketBuffer {
+    PlannedBuffer buffer;
+    int64_t segment = -1;                // filling or being reduced; -1 when free
+    std::unique_ptr<comm::Work> reduce;  // the reduce-scatter in flight, if any
+  };
+  // A gather buffer: one segment's whole parameters (stage 3).
+  struct GatherBuffer {
+    PlannedBuffer buffer;
+    int64_t segment = -1;                // -1 when free
+    std::unique_ptr<comm::Work> gather;  // the all-gather in flight, if any
   };
 
   ZeroEngine(std::shared_ptr<const plan::ShardPlan> plan, comm::Communicator* comm,
              EngineOptions options);
   absl::Status AllocateBuffers();
+  // The one buffer of a category, or nullptr for the bucket and gather buffers (several each).
+  PlannedBuffer* SingleBuffer(plan::MemoryCategory category);
   absl::Status Wait(std::unique_ptr<comm::Work> work);
-  absl::Status WaitReduceScatter(int64_t slot);
-  absl::StatusOr<int64_t> BucketSlotFor(int64_t segment);
-  absl::Status LaunchGather(int64_t unit, int64_t slot);
-  float* Master();
+  absl::Status FinishReduceScatter(BucketBuffer& bucket);
+  absl::StatusOr<BucketBuffer*> BucketFor(int64_t segment);
+  absl::Status LaunchGather(int64_t segment, int64_t gather);
+  absl::Status WaitGather(int64_t gather);
+  // The fp32 parameters Adam updates: the master copy, or the parameters in fp32 training.
+  PlannedBuffer& Master() { return mixed() ? master_ : params_; }
   DType grad_dtype() const { return plan_->options().grad_dtype; }
   DType param_dtype() const { return plan_->options().param_dtype; }
   bool mixed() const { return param_dtype() != DType::kFloat32; }
@@ -141,28 +180,24 @@ class ZeroEngine {
   const int stage_;
 
   std::shared_ptr<DeviceOps> ops_;
-  Buffer params_, grads_, master_, exp_avg_, exp_avg_sq_;
+  PlannedBuffer params_, grads_, master_, exp_avg_, exp_avg_sq_;
   Buffer totals_;  // two floats for the overflow flag and the squared norm
-  std::vector<Buffer> buckets_, gathers_;
+  std::vector<BucketBuffer> buckets_;
+  std::vector<GatherBuffer> gathers_;
+  std::vector<SegmentState> segments_;
 
   // Backward bookkeeping for the current micro-step.
   std::vector<bool> grad_seen_;
   int64_t grads_this_micro_ = 0;
   int64_t micro_steps_ = 0;
-  std::vector<int64_t> segment_pending_;       // tensors still to come, per segment
-  std::vector<int64_t> segment_bucket_;        // bucket slot per segment, or -1
-  std::vector<InFlightBucket> bucket_flight_;  // per bucket slot
-  int64_t next_bucket_ = 0;
+  int64_t next_bucket_ = 0;  // round-robin over bucket buffers
 
-  // Stage 3: gather slots.
-  std::vector<int64_t> unit_slot_;                      // per unit, or -1
-  std::vector<std::unique_ptr<comm::Work>> slot_work_;  // per slot: gather in flight
-  std::vector<int64_t> slot_unit_;                      // per slot, or -1
+  // Stage 3: the direction of travel, for prefetch.
   int64_t last_gathered_ = -1;
   int direction_ = 1;
 
   LossScaler scaler_;
-  int64_t step_ = 0;
+  std::atomic<int64_t> step_ = 0;
   CollectiveLog log_;
 };
 

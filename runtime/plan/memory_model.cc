@@ -15,6 +15,27 @@ bool IsModelState(MemoryCategory c) {
          c == MemoryCategory::kMaster || c == MemoryCategory::kAdamM || c == MemoryCategory::kAdamV;
 }
 
+// What each stage partitions: optimizer state from stage 1, gradients from 2, parameters at 3;
+// bucket and gather buffers hold one segment whole.
+BufferLayout LayoutOf(MemoryCategory c, int stage) {
+  switch (c) {
+    case MemoryCategory::kParams:
+      return stage == 3 ? BufferLayout::kShard : BufferLayout::kFlat;
+    case MemoryCategory::kGrads:
+      return stage >= 2 ? BufferLayout::kShard : BufferLayout::kFlat;
+    case MemoryCategory::kMaster:
+    case MemoryCategory::kAdamM:
+    case MemoryCategory::kAdamV:
+      return stage >= 1 ? BufferLayout::kShard : BufferLayout::kFlat;
+    case MemoryCategory::kBucketBuffers:
+    case MemoryCategory::kGatherBuffers:
+      return BufferLayout::kSegment;
+    case MemoryCategory::kPadding:
+      break;
+  }
+  return BufferLayout::kFlat;
+}
+
 }  // namespace
 
 int64_t ShardPlan::OptimizerBytesPerParam() const {
@@ -25,30 +46,29 @@ int64_t ShardPlan::OptimizerBytesPerParam() const {
 std::vector<Allocation> ShardPlan::Allocations() const {
   const int64_t pb = DTypeBytes(options_.param_dtype);
   const int64_t gb = DTypeBytes(options_.grad_dtype);
-  const bool shard_params = stage_ == 3;
-  const bool shard_grads = stage_ >= 2;
-  const bool shard_optimizer = stage_ >= 1;
-  auto length = [&](bool sharded) { return sharded ? shard_numel_ : padded_numel_; };
+  auto planned = [&](absl::string_view name, MemoryCategory c, int64_t count,
+                     int64_t element_bytes) {
+    const BufferLayout layout = LayoutOf(c, stage_);
+    const int64_t numel = layout == BufferLayout::kShard     ? shard_numel_
+                          : layout == BufferLayout::kSegment ? max_segment_numel_
+                                                             : padded_numel_;
+    return Allocation{name, c, count, numel, element_bytes, layout};
+  };
 
   std::vector<Allocation> out;
-  out.push_back({"params", MemoryCategory::kParams, 1, length(shard_params), pb, shard_params});
-  out.push_back({"grads", MemoryCategory::kGrads, 1, length(shard_grads), gb, shard_grads});
+  out.push_back(planned("params", MemoryCategory::kParams, 1, pb));
+  out.push_back(planned("grads", MemoryCategory::kGrads, 1, gb));
   if (options_.param_dtype != DType::kFloat32) {
-    out.push_back({"master", MemoryCategory::kMaster, 1, length(shard_optimizer), kFp32Bytes,
-                   shard_optimizer});
+    out.push_back(planned("master", MemoryCategory::kMaster, 1, kFp32Bytes));
   }
-  out.push_back(
-      {"adam_m", MemoryCategory::kAdamM, 1, length(shard_optimizer), kFp32Bytes, shard_optimizer});
-  out.push_back(
-      {"adam_v", MemoryCategory::kAdamV, 1, length(shard_optimizer), kFp32Bytes, shard_optimizer});
-  if (shard_grads) {
+  out.push_back(planned("adam_m", MemoryCategory::kAdamM, 1, kFp32Bytes));
+  out.push_back(planned("adam_v", MemoryCategory::kAdamV, 1, kFp32Bytes));
+  if (stage_ >= 2) {
     // Full-size gradients of a bucket live here until its reduce-scatter lands in the shard.
-    out.push_back({"bucket", MemoryCategory::kBucketBuffers, options_.bucket_buffers,
-                   max_segment_numel_, gb, false});
+    out.push_back(planned("bucket", MemoryCategory::kBucketBuffers, options_.bucket_buffers, gb));
   }
-  if (shard_params) {
-    out.push_back({"gather", MemoryCategory::kGatherBuffers, options_.max_live_units,
-                   max_segment_numel_, pb, false});
+  if (stage_ == 3) {
+    out.push_back(planned("gather", MemoryCategory::kGatherBuffers, options_.max_live_units, pb));
   }
   return out;
 }
@@ -67,7 +87,7 @@ MemoryBreakdown ShardPlan::MemoryForRank(int64_t rank) const {
       m[a.category] += a.bytes();
       continue;
     }
-    const int64_t real = (a.sharded ? owned_real : total_numel_) * a.element_bytes * a.count;
+    const int64_t real = (a.sharded() ? owned_real : total_numel_) * a.element_bytes * a.count;
     m[a.category] += real;
     m[MemoryCategory::kPadding] += a.bytes() - real;
   }
@@ -78,15 +98,18 @@ MemoryBreakdownPaper ShardPlan::PaperBytes() const {
   const double psi = static_cast<double>(total_numel_);
   const double per_rank = psi / static_cast<double>(options_.world_size);
   const bool mixed = options_.param_dtype != DType::kFloat32;
-  const double optimizer = stage_ >= 1 ? per_rank : psi;
+  auto elements = [&](MemoryCategory c) {
+    return LayoutOf(c, stage_) == BufferLayout::kShard ? per_rank : psi;
+  };
   MemoryBreakdownPaper paper{};
   paper[static_cast<int>(MemoryCategory::kParams)] =
-      static_cast<double>(DTypeBytes(options_.param_dtype)) * (stage_ == 3 ? per_rank : psi);
+      static_cast<double>(DTypeBytes(options_.param_dtype)) * elements(MemoryCategory::kParams);
   paper[static_cast<int>(MemoryCategory::kGrads)] =
-      static_cast<double>(DTypeBytes(options_.grad_dtype)) * (stage_ >= 2 ? per_rank : psi);
-  paper[static_cast<int>(MemoryCategory::kMaster)] = mixed ? kFp32Bytes * optimizer : 0.0;
-  paper[static_cast<int>(MemoryCategory::kAdamM)] = kFp32Bytes * optimizer;
-  paper[static_cast<int>(MemoryCategory::kAdamV)] = kFp32Bytes * optimizer;
+      static_cast<double>(DTypeBytes(options_.grad_dtype)) * elements(MemoryCategory::kGrads);
+  paper[static_cast<int>(MemoryCategory::kMaster)] =
+      mixed ? kFp32Bytes * elements(MemoryCategory::kMaster) : 0.0;
+  paper[static_cast<int>(MemoryCategory::kAdamM)] = kFp32Bytes * elements(MemoryCategory::kAdamM);
+  paper[static_cast<int>(MemoryCategory::kAdamV)] = kFp32Bytes * elements(MemoryCategory::kAdamV);
   return paper;
 }
 

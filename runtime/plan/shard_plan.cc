@@ -70,7 +70,7 @@ absl::StatusOr<ShardPlan> BuildPlanForStage(std::shared_ptr<const std::vector<Te
     const int64_t segment_index = static_cast<int64_t>(plan.segments_.size());
     for (int64_t i = g.first_tensor; i < g.first_tensor + g.tensor_count; ++i) {
       const int64_t numel = specs[i].numel();
-      plan.placements_[i] = {flat + seg.numel, numel, segment_index};
+      plan.placements_[i] = {flat + seg.numel, numel, segment_index, seg.numel};
       seg.numel += numel;
     }
     seg.padded_numel = RoundUp(seg.numel, quantum);
@@ -95,22 +95,47 @@ std::optional<int64_t> ShardPlan::FindTensor(absl::string_view name) const {
   return std::nullopt;
 }
 
+int64_t OwnedRange::OffsetIn(BufferLayout layout) const {
+  switch (layout) {
+    case BufferLayout::kFlat:
+      return flat_offset;
+    case BufferLayout::kShard:
+      return shard_offset;
+    case BufferLayout::kSegment:
+      return segment_offset;
+  }
+  return flat_offset;
+}
+
+OwnedRange ShardPlan::SliceOf(int64_t rank, int64_t segment) const {
+  const Segment& seg = segments_.at(static_cast<size_t>(segment));
+  // At stage 0 every rank's one slice is the whole segment.
+  const int64_t start = (stage_ == 0 ? 0 : rank) * seg.slice_numel;
+  OwnedRange r;
+  r.segment = segment;
+  r.flat_offset = seg.flat_offset + start;
+  r.shard_offset = seg.shard_offset;
+  r.numel = seg.slice_numel;
+  r.real_numel = std::clamp(seg.numel - start, int64_t{0}, seg.slice_numel);
+  r.segment_offset = start;
+  return r;
+}
+
 std::vector<Piece> ShardPlan::Pieces(int64_t tensor_index) const {
   const TensorPlacement& p = placements_.at(static_cast<size_t>(tensor_index));
-  const Segment& seg = segments_[static_cast<size_t>(p.segment)];
-  const int64_t begin = p.flat_offset - seg.flat_offset;  // within the segment
+  const int64_t slice_numel = segments_[static_cast<size_t>(p.segment)].slice_numel;
+  const int64_t begin = p.segment_offset;
   const int64_t end = begin + p.numel;
   std::vector<Piece> pieces;
   if (p.numel == 0) return pieces;
-  if (stage_ == 0) {
-    pieces.push_back({kReplicated, seg.shard_offset + begin, 0, p.numel});
-    return pieces;
-  }
-  const int64_t s = seg.slice_numel;
-  for (int64_t r = begin / s; r <= (end - 1) / s; ++r) {
-    const int64_t lo = std::max(begin, r * s);
-    const int64_t hi = std::min(end, (r + 1) * s);
-    pieces.push_back({r, seg.shard_offset + (lo - r * s), lo - begin, hi - lo});
+  // Slice r of a segment covers [r x slice_numel, (r + 1) x slice_numel) of it; at stage 0 the
+  // one slice is the whole segment, so the loop runs once.
+  for (int64_t r = begin / slice_numel; r <= (end - 1) / slice_numel; ++r) {
+    const OwnedRange slice = SliceOf(r, p.segment);
+    const int64_t lo = std::max(begin, slice.segment_offset);
+    const int64_t hi = std::min(end, slice.segment_offset + slice.numel);
+    pieces.push_back({stage_ == 0 ? kReplicated : r,
+                      slice.shard_offset + (lo - slice.segment_offset), lo - begin, hi - lo});
   }
   return pieces;
 }
@@ -118,22 +143,16 @@ std::vector<Piece> ShardPlan::Pieces(int64_t tensor_index) const {
 std::vector<OwnedRange> ShardPlan::OwnedRanges(int64_t rank) const {
   std::vector<OwnedRange> ranges;
   ranges.reserve(segments_.size());
-  const int64_t slot = stage_ == 0 ? 0 : rank;
   for (size_t k = 0; k < segments_.size(); ++k) {
-    const Segment& seg = segments_[k];
-    const int64_t start = slot * seg.slice_numel;
-    const int64_t real = std::clamp(seg.numel - start, int64_t{0}, seg.slice_numel);
-    ranges.push_back({static_cast<int64_t>(k), seg.flat_offset + start, seg.shard_offset,
-                      seg.slice_numel, real});
+    ranges.push_back(SliceOf(rank, static_cast<int64_t>(k)));
   }
   return ranges;
 }
 
 int64_t ShardPlan::OwnedRealNumel(int64_t rank) const {
-  const int64_t slot = stage_ == 0 ? 0 : rank;
   int64_t real = 0;
-  for (const Segment& seg : segments_) {
-    real += std::clamp(seg.numel - slot * seg.slice_numel, int64_t{0}, seg.slice_numel);
+  for (size_t k = 0; k < segments_.size(); ++k) {
+    real += SliceOf(rank, static_cast<int64_t>(k)).real_numel;
   }
   return real;
 }

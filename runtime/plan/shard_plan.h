@@ -4,11 +4,15 @@
 // ShardPlan: how one model's training state is partitioned across data-parallel ranks.
 //
 // The parameters form one padded flat buffer, cut into segments of whole consecutive tensors: the
-// reduce buckets at stages 0-2, the gather units at stage 3. Each segment is padded to a multiple
-// of (ranks x alignment) and split into equal slices, rank r owning slice r of every segment, so
-// every collective is an even reduce-scatter or all-gather of one segment. A rank's shard is its
-// slices laid end to end: all shards have the same length. At stage 0 nothing is partitioned and
-// every rank holds every segment whole.
+// reduce buckets at stages 0-2, the gather units at stage 3 ("bucket" and "unit" are what a
+// segment is called where it is reduced or gathered; the index is the same). Each segment is
+// padded to a multiple of (ranks x alignment) and split into equal slices, rank r owning slice r
+// of every segment, so every collective is an even reduce-scatter or all-gather of one segment. A
+// rank's shard is its slices laid end to end: all shards have the same length. At stage 0 nothing
+// is partitioned and every rank holds every segment whole (one slice, the segment).
+//
+// Where a slice sits depends on the buffer holding it (BufferLayout); SliceOf is the one place
+// that rule is written, and OwnedRange::OffsetIn reads it for a given layout.
 //
 // The plan holds O(tensors + segments) numbers; pieces of a tensor and a rank's ranges are
 // computed when asked, never materialised as tensors x ranks. A plan is immutable and cheap to
@@ -37,10 +41,18 @@ struct Segment {
   int64_t shard_offset = 0;  // where each rank's slice starts inside its shard
 };
 
+// What a buffer holds of the flat parameter space, which decides where an element sits in it.
+enum class BufferLayout : int {
+  kFlat,     // every segment whole, at its flat_offset: padded_numel() elements
+  kShard,    // one rank's slice of every segment, end to end: shard_numel() elements
+  kSegment,  // one segment whole, at 0 (a bucket or gather buffer): up to max_segment_numel()
+};
+
 struct TensorPlacement {
   int64_t flat_offset = 0;  // in the padded flat buffer
   int64_t numel = 0;
   int64_t segment = 0;
+  int64_t segment_offset = 0;  // in its segment: where it sits in a kSegment buffer
 };
 
 // Owner of a piece at stage 0, where every rank holds everything.
@@ -54,13 +66,17 @@ struct Piece {
   int64_t numel = 0;
 };
 
-// One rank's slice of one segment.
+// One rank's slice of one segment, located in every layout.
 struct OwnedRange {
   int64_t segment = 0;
-  int64_t flat_offset = 0;   // in the padded flat buffer
-  int64_t shard_offset = 0;  // in the rank's shard
-  int64_t numel = 0;         // slice length, padding included
-  int64_t real_numel = 0;    // elements that belong to tensors
+  int64_t flat_offset = 0;     // in the padded flat buffer (kFlat)
+  int64_t shard_offset = 0;    // in the rank's shard (kShard)
+  int64_t numel = 0;           // slice length, padding included
+  int64_t real_numel = 0;      // elements that belong to tensors
+  int64_t segment_offset = 0;  // in the segment (kSegment): rank x numel, 0 at stage 0
+
+  // Where the slice starts in a buffer of `layout`.
+  int64_t OffsetIn(BufferLayout layout) const;
 };
 
 enum class MemoryCategory : int {
@@ -97,9 +113,11 @@ struct Allocation {
   int64_t count = 1;  // identical buffers of this kind
   int64_t numel = 0;  // elements per buffer
   int64_t element_bytes = 0;
-  bool sharded = false;  // holds one slice per segment rather than whole segments
+  BufferLayout layout = BufferLayout::kFlat;
 
   int64_t bytes() const { return count * numel * element_bytes; }
+  // Holds one slice per segment rather than whole segments.
+  bool sharded() const { return layout == BufferLayout::kShard; }
 };
 
 // Bytes one rank sends per optimizer step, by collective (ring algorithms: a reduce-scatter or
@@ -142,6 +160,9 @@ class ShardPlan {
   std::optional<int64_t> FindTensor(absl::string_view name) const;
   // The pieces of tensor `index`, in tensor order; they cover it exactly once.
   std::vector<Piece> Pieces(int64_t tensor_index) const;
+  // Rank `rank`'s slice of segment `segment`: where every flat, shard and segment offset of a
+  // slice comes from.
+  OwnedRange SliceOf(int64_t rank, int64_t segment) const;
   // Rank `rank`'s slices, one per segment, in shard order.
   std::vector<OwnedRange> OwnedRanges(int64_t rank) const;
   // Real (non-padding) elements in `rank`'s shard.

@@ -428,6 +428,98 @@ TEST(ZeroEngine, ADivergedCollectiveOrderIsReportedWithTheRanks) {
   });
 }
 
+// Six fp32 tensors of 4 elements in segments of two: {t0, t1}, {t2, t3}, {t4, t5}; two bucket
+// buffers.
+std::shared_ptr<const plan::ShardPlan> PairPlan(int stage, int64_t world) {
+  plan::PlanInput in;
+  for (int i = 0; i < 6; ++i)
+    in.tensors.push_back({absl::StrCat("t", i), {4}, DType::kFloat32, ""});
+  in.options.world_size = world;
+  in.options.stage = stage;
+  in.options.param_dtype = DType::kFloat32;
+  in.options.grad_dtype = DType::kFloat32;
+  in.options.reduce_bucket_bytes = 32;
+  in.options.gather_unit_bytes = 32;
+  in.options.partition_alignment_numel = 2;
+  in.options.bucket_buffers = 2;
+  auto p = plan::ShardPlan::Create(in);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return std::make_shared<const plan::ShardPlan>(*std::move(p));
+}
+
+float PairInit(int64_t i) { return std::cos(static_cast<float>(i)) * 0.5f; }
+float PairGrad(int64_t r, int64_t i) { return std::sin(static_cast<float>(3 * r + i)) * 0.1f; }
+
+// One step on `world` ranks with gradients given in `order`; each rank's parameters after it, or
+// the first error.
+std::vector<absl::StatusOr<std::vector<float>>> StepInOrder(int stage, int64_t world,
+                                                            const std::vector<int64_t>& order) {
+  static int group = 0;
+  auto store = std::make_shared<comm::PrefixStore>(absl::StrCat("pair", group++),
+                                                   std::make_shared<comm::InMemoryStore>());
+  auto plan = PairPlan(stage, world);
+  std::vector<absl::StatusOr<std::vector<float>>> out(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      out[static_cast<size_t>(r)] = [&]() -> absl::StatusOr<std::vector<float>> {
+        ZEROD_ASSIGN_OR_RETURN(auto comm, comm::GlooCommunicator::Create(store, r, world, {}));
+        ZEROD_ASSIGN_OR_RETURN(auto e,
+                               ZeroEngine::Create(plan, comm.get(), Options(DType::kFloat32)));
+        ZEROD_RETURN_IF_ERROR(e->InitParameters([](int64_t t, float* p) {
+          for (int64_t i = 0; i < 4; ++i) p[i] = PairInit(4 * t + i);
+        }));
+        for (int64_t t : order) {
+          std::vector<float> g(4);
+          for (int64_t i = 0; i < 4; ++i) g[static_cast<size_t>(i)] = PairGrad(r, 4 * t + i);
+          ZEROD_RETURN_IF_ERROR(e->AccumulateGrad(t, g.data()));
+        }
+        ZEROD_RETURN_IF_ERROR(e->Step().status());
+        return e->FullMasterParameters();
+      }();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST(ZeroEngine, SegmentsFilledOutOfOrderTakeAFreeBucketBuffer) {
+  // t5 opens segment 2 in bucket 0, t3 segment 1 in bucket 1, which t2 completes. t1 opens
+  // segment 0 while segment 2 still fills bucket 0: it must wait for bucket 1, not share bucket 0.
+  const std::vector<int64_t> interleaved = {5, 3, 2, 1, 0, 4};
+  const optim::AdamScalars k = optim::MakeAdamScalars(Options(DType::kFloat32).adam, 1);
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage));
+    const auto got = StepInOrder(stage, 2, interleaved);
+    const auto in_order = StepInOrder(stage, 2, {5, 4, 3, 2, 1, 0});
+    for (size_t r = 0; r < got.size(); ++r) {
+      ASSERT_TRUE(got[r].ok()) << got[r].status();
+      ASSERT_TRUE(in_order[r].ok()) << in_order[r].status();
+      EXPECT_EQ(*got[r], *in_order[r]) << "rank " << r << ": the order changes no bit";
+      ASSERT_EQ(got[r]->size(), 24u);
+      for (int64_t i = 0; i < 24; ++i) {
+        const float g =
+            static_cast<float>((static_cast<double>(PairGrad(0, i)) + PairGrad(1, i)) / 2);
+        const float m = k.one_minus_beta1 * g;
+        const float v = (k.one_minus_beta2 * g) * g;
+        const float want =
+            PairInit(i) + (-k.step_size) * (m / (std::sqrt(v) / k.bias2_sqrt + k.eps));
+        ASSERT_NEAR((*got[r])[static_cast<size_t>(i)], want, 2e-6) << "element " << i;
+      }
+    }
+  }
+}
+
+TEST(ZeroEngine, MoreSegmentsFillingThanBucketBuffersIsAnError) {
+  // Segments 2 and 1 hold both bucket buffers, half filled, when segment 0's first gradient comes.
+  const auto got = StepInOrder(2, 1, {5, 3, 1});
+  ASSERT_FALSE(got[0].ok());
+  EXPECT_EQ(got[0].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(got[0].status().message()),
+              HasSubstr("gradient of segment 0 arrived while all 2 bucket buffers (plan "
+                        "bucket_buffers) are still filling segments 2, 1"));
+}
+
 TEST(ZeroEngine, UsingAUnitBeforeGatherIsAnError) {
   auto store = std::make_shared<comm::InMemoryStore>();
   auto comm = comm::GlooCommunicator::Create(store, 0, 1, {});

@@ -1,6 +1,7 @@
 // Properties every plan must have, over random layouts and world sizes 1..1024 (primes, sizes
 // larger than whole tensors, and empty tensors included): pieces cover each tensor exactly once
-// and agree with the owners' ranges; shards are equal, disjoint and cover the padded buffer;
+// and agree with the owners' ranges; slices sit where the segment arithmetic says in every
+// layout; shards are equal, disjoint and cover the padded buffer;
 // totals are the sum of their categories; the digest is stable.
 
 #include <algorithm>
@@ -123,6 +124,60 @@ void CheckShardsPartitionTheBuffer(const ShardPlan& plan) {
   }
 }
 
+// SliceOf, OwnedRanges, placements and allocations agree with the segment arithmetic written out
+// here: slice r of a segment is its elements [r x slice, (r + 1) x slice), at shard_offset in r's
+// shard; at stage 0 the one slice is the whole segment.
+void CheckSlicesInEveryLayout(const ShardPlan& plan) {
+  const int64_t w = plan.world_size();
+  for (int64_t r : {int64_t{0}, w / 2, w - 1}) {
+    const std::vector<OwnedRange> ranges = plan.OwnedRanges(r);
+    ASSERT_EQ(ranges.size(), plan.segments().size());
+    for (size_t k = 0; k < ranges.size(); ++k) {
+      const Segment& seg = plan.segments()[k];
+      const OwnedRange slice = plan.SliceOf(r, static_cast<int64_t>(k));
+      const int64_t start = (plan.stage() == 0 ? 0 : r) * seg.slice_numel;
+      ASSERT_EQ(slice.segment, static_cast<int64_t>(k));
+      ASSERT_EQ(slice.segment_offset, start);
+      ASSERT_EQ(slice.flat_offset, seg.flat_offset + start);
+      ASSERT_EQ(slice.shard_offset, seg.shard_offset);
+      ASSERT_EQ(slice.numel, seg.slice_numel);
+      ASSERT_EQ(slice.real_numel, std::clamp(seg.numel - start, int64_t{0}, seg.slice_numel));
+      ASSERT_EQ(slice.OffsetIn(BufferLayout::kFlat), slice.flat_offset);
+      ASSERT_EQ(slice.OffsetIn(BufferLayout::kShard), slice.shard_offset);
+      ASSERT_EQ(slice.OffsetIn(BufferLayout::kSegment), slice.segment_offset);
+      const OwnedRange& listed = ranges[k];
+      ASSERT_EQ(listed.flat_offset, slice.flat_offset);
+      ASSERT_EQ(listed.shard_offset, slice.shard_offset);
+      ASSERT_EQ(listed.segment_offset, slice.segment_offset);
+      ASSERT_EQ(listed.real_numel, slice.real_numel);
+    }
+  }
+  for (const TensorPlacement& place : plan.placements()) {
+    const Segment& seg = plan.segments()[static_cast<size_t>(place.segment)];
+    ASSERT_EQ(place.segment_offset, place.flat_offset - seg.flat_offset);
+    ASSERT_GE(place.segment_offset, 0);
+    ASSERT_LE(place.segment_offset + place.numel, seg.numel);
+  }
+  const int stage = plan.stage();
+  for (const Allocation& a : plan.Allocations()) {
+    bool want_shard = false;
+    if (a.category == MemoryCategory::kParams) want_shard = stage == 3;
+    if (a.category == MemoryCategory::kGrads) want_shard = stage >= 2;
+    if (a.category == MemoryCategory::kMaster || a.category == MemoryCategory::kAdamM ||
+        a.category == MemoryCategory::kAdamV) {
+      want_shard = stage >= 1;
+    }
+    const bool one_segment = a.category == MemoryCategory::kBucketBuffers ||
+                             a.category == MemoryCategory::kGatherBuffers;
+    ASSERT_EQ(a.sharded(), want_shard) << a.name;
+    ASSERT_EQ(a.layout == BufferLayout::kSegment, one_segment) << a.name;
+    ASSERT_EQ(a.numel, one_segment  ? plan.max_segment_numel()
+                       : want_shard ? plan.shard_numel()
+                                    : plan.padded_numel())
+        << a.name;
+  }
+}
+
 void CheckTotals(const ShardPlan& plan) {
   const int64_t allocated = plan.AllocatedBytesPerRank();
   const int64_t w = plan.world_size();
@@ -158,6 +213,7 @@ TEST(ShardPlanProperties, RandomLayoutsAndWorldSizes) {
                    " stage " + std::to_string(stage));
       ASSERT_NO_FATAL_FAILURE(CheckPiecesCoverEachTensorOnce(*plan));
       ASSERT_NO_FATAL_FAILURE(CheckShardsPartitionTheBuffer(*plan));
+      ASSERT_NO_FATAL_FAILURE(CheckSlicesInEveryLayout(*plan));
       ASSERT_NO_FATAL_FAILURE(CheckTotals(*plan));
       // Same inputs, same digest, whatever ran in between.
       auto again = ShardPlan::Create(input);

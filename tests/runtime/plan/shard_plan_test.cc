@@ -56,6 +56,66 @@ TEST(ShardPlan, SegmentsArePaddedToRanksTimesAlignmentAndSlicedEvenly) {
   EXPECT_EQ(plan->OwnedRealNumel(1), 8);
 }
 
+TEST(ShardPlan, SliceOfLocatesASliceInEveryLayout) {
+  // bf16, buckets of 32 bytes filled from the end: {a} and {b, c}; 2 ranks x alignment 4 pads
+  // each to 16 elements, slices of 8. Segment 1 starts at flat 16 and at shard offset 8.
+  PlanInput in = Input({T("a", {10}), T("b", {6}), T("c", {5})}, 2, 2);
+  in.options.partition_alignment_numel = 4;
+  in.options.reduce_bucket_bytes = 32;
+  auto plan = ShardPlan::Create(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->segments().size(), 2u);
+  const OwnedRange r = plan->SliceOf(1, 1);
+  EXPECT_EQ(r.segment, 1);
+  EXPECT_EQ(r.flat_offset, 24);
+  EXPECT_EQ(r.shard_offset, 8);
+  EXPECT_EQ(r.segment_offset, 8);
+  EXPECT_EQ(r.numel, 8);
+  EXPECT_EQ(r.real_numel, 3) << "b and c hold 11 elements; rank 1 gets the last 3";
+  EXPECT_EQ(r.OffsetIn(BufferLayout::kFlat), 24);
+  EXPECT_EQ(r.OffsetIn(BufferLayout::kShard), 8);
+  EXPECT_EQ(r.OffsetIn(BufferLayout::kSegment), 8);
+  EXPECT_EQ(plan->SliceOf(0, 1).OffsetIn(BufferLayout::kSegment), 0);
+  // c sits at flat 22, 6 elements into its segment.
+  EXPECT_EQ(plan->placements()[2].flat_offset, 22);
+  EXPECT_EQ(plan->placements()[2].segment_offset, 6);
+  // At stage 2 the parameters are whole, gradients and optimizer state sharded, buckets one
+  // segment each.
+  for (const Allocation& a : plan->Allocations()) {
+    SCOPED_TRACE(std::string(a.name));
+    if (a.category == MemoryCategory::kParams) {
+      EXPECT_EQ(a.layout, BufferLayout::kFlat);
+      EXPECT_EQ(a.numel, 32);
+    } else if (a.category == MemoryCategory::kBucketBuffers) {
+      EXPECT_EQ(a.layout, BufferLayout::kSegment);
+      EXPECT_EQ(a.numel, 16);
+    } else {
+      EXPECT_EQ(a.layout, BufferLayout::kShard);
+      EXPECT_TRUE(a.sharded());
+      EXPECT_EQ(a.numel, 16);
+    }
+  }
+}
+
+TEST(ShardPlan, AtStageZeroASliceIsTheWholeSegmentOnEveryRank) {
+  PlanInput in = Input({T("a", {10}), T("b", {6}), T("c", {5})}, 2, 0);
+  in.options.partition_alignment_numel = 4;
+  in.options.reduce_bucket_bytes = 32;
+  auto plan = ShardPlan::Create(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->segments().size(), 2u);
+  const Segment& seg = plan->segments()[1];
+  for (int64_t rank : {0, 1}) {
+    const OwnedRange r = plan->SliceOf(rank, 1);
+    EXPECT_EQ(r.segment_offset, 0);
+    EXPECT_EQ(r.flat_offset, seg.flat_offset);
+    EXPECT_EQ(r.shard_offset, seg.flat_offset) << "unpartitioned: the shard is the flat buffer";
+    EXPECT_EQ(r.numel, seg.padded_numel);
+    EXPECT_EQ(r.real_numel, 11);
+  }
+  for (const Allocation& a : plan->Allocations()) EXPECT_EQ(a.layout, BufferLayout::kFlat);
+}
+
 TEST(ShardPlan, StageZeroReplicatesEverything) {
   auto plan = ShardPlan::Create(Input({T("a", {100})}, 8, 0));
   ASSERT_TRUE(plan.ok());
