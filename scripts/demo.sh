@@ -20,6 +20,8 @@ export ZEROD_ENDPOINT="unix://$work/zerod.sock"
 for _ in $(seq 200); do [ -S "$work/zerod.sock" ] && break; sleep 0.05; done
 
 field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" | tail -n 1; }
+# A number as printf FORMAT shows it ("-" when the run did not report it).
+num() { awk -v v="$2" -v f="$1" 'BEGIN { if (v == "" || v == "null") print "-"; else printf f "\n", v }'; }
 
 echo "== zerod running at $ZEROD_ENDPOINT (state in $work/data)"
 echo "== zerorun -n 4 -- train_mlp --stage 3 --dtype $dtype --steps $steps"
@@ -44,8 +46,10 @@ printf '%-28s %16s %16s\n' "allocated bytes per rank" "$(field allocated_bytes_p
   "$(field allocated_bytes_per_rank <<<"$s3")"
 printf '%-28s %16s %16s\n' "bytes sent per step" "$(field comm_bytes_per_step <<<"$s0")" \
   "$(field comm_bytes_per_step <<<"$s3")"
-printf '%-28s %16s %16s\n' "step time (ms)" "$(field step_time_ms <<<"$s0")" "$(field step_time_ms <<<"$s3")"
-printf '%-28s %16s %16s\n' "final loss" "$(field final_loss <<<"$s0")" "$(field final_loss <<<"$s3")"
+printf '%-28s %16s %16s\n' "step time (ms)" "$(num %.2f "$(field step_time_ms <<<"$s0")")" \
+  "$(num %.2f "$(field step_time_ms <<<"$s3")")"
+printf '%-28s %16s %16s\n' "final loss" "$(num %#.6g "$(field final_loss <<<"$s0")")" \
+  "$(num %#.6g "$(field final_loss <<<"$s3")")"
 l3=$(field final_loss <<<"$s3")
 lr=$(field final_loss <<<"$ref")
 echo

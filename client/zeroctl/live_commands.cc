@@ -281,17 +281,24 @@ int Watch(CoordinatorClient& c, const LiveFlags& f, std::ostream& out, std::ostr
   return 0;
 }
 
+// Every live command takes these; so does zeroctl itself, before the subcommand.
+void AddConnectionFlags(CLI::App& cmd, LiveFlags& f) {
+  cmd.add_option("--endpoint", f.endpoint,
+                 "zerod address: unix:///run/zerod/zerod.sock or host:port "
+                 "(default: $ZEROD_ENDPOINT)");
+  cmd.add_flag("--json", f.json, "JSON instead of a table");
+  cmd.add_option("--timeout", f.timeout, "Per-call deadline, retries included")
+      ->capture_default_str();
+}
+
 }  // namespace
+
+void AddGlobalFlags(CLI::App& app, LiveFlags& f) { AddConnectionFlags(app, f); }
 
 std::vector<CLI::App*> AddLiveCommands(CLI::App& app, LiveFlags& f) {
   std::vector<CLI::App*> commands;
   auto common = [&f](CLI::App* cmd, bool needs_job) {
-    cmd->add_option("--endpoint", f.endpoint,
-                    "zerod address: unix:///run/zerod/zerod.sock or host:port "
-                    "(default: $ZEROD_ENDPOINT)");
-    cmd->add_flag("--json", f.json, "JSON instead of a table");
-    cmd->add_option("--timeout", f.timeout, "Per-call deadline, retries included")
-        ->capture_default_str();
+    AddConnectionFlags(*cmd, f);
     if (needs_job) cmd->add_option("JOB", f.job, "Job id")->required();
     return cmd;
   };

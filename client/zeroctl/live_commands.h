@@ -6,6 +6,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 
@@ -19,6 +20,11 @@ struct LiveFlags {
   std::string timeout = "10s";
   bool json = false;
 };
+
+// Adds --endpoint, --json and --timeout to `app` itself, so that they may also come before the
+// subcommand (`zeroctl --endpoint E jobs`), as kubectl's and etcdctl's global flags do. They fill
+// the same fields as the subcommands' own flags; `zeroctl plan` reads only --json.
+void AddGlobalFlags(CLI::App& app, LiveFlags& flags);
 
 // Adds the subcommands; returns them in the order jobs, members, shards, memory, watch.
 std::vector<CLI::App*> AddLiveCommands(CLI::App& app, LiveFlags& flags);

@@ -292,6 +292,49 @@ TEST(Zerod, ZeroctlShowsALiveJob) {
   for (auto& rank : ranks) zerod.Finish(*rank);
 }
 
+TEST(Zerod, ZeroctlTakesGlobalFlagsBeforeTheCommand) {
+  ZerodHarness zerod;
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  auto client = zerod.Client();
+  // One member that never heartbeats: nothing changes between the calls compared below.
+  ASSERT_TRUE(client->Join(JoinOf("g", 1, 0), absl::Seconds(10)).ok());
+  struct Command {
+    std::vector<std::string> args;
+    const char* shows;  // in text and JSON alike
+  };
+  const Command commands[] = {{{"jobs"}, "g"},
+                              {{"members", "g"}, "test-host"},
+                              {{"shards", "g", "--rank", "0"}, "plan"},
+                              {{"memory", "g"}, "plan"}};
+  for (const Command& c : commands) {
+    for (const bool as_json : {false, true}) {
+      std::vector<std::string> global = {Built(ZEROCTL_PATH), "--endpoint", zerod.endpoint(),
+                                         "--timeout", "5s"};
+      if (as_json) global.push_back("--json");
+      global.insert(global.end(), c.args.begin(), c.args.end());
+      std::vector<std::string> local = c.args;
+      if (as_json) local.push_back("--json");
+      const ProcessResult before = RunProcess(global);
+      const ProcessResult after = zerod.Zeroctl(local);
+      const std::string name = c.args[0] + (as_json ? " --json" : "");
+      ASSERT_EQ(before.exit_code, 0) << name << ": " << before.err;
+      ASSERT_EQ(after.exit_code, 0) << name << ": " << after.err;
+      EXPECT_THAT(before.out, HasSubstr(c.shows)) << name;
+      if (as_json) {
+        EXPECT_EQ(json::parse(before.out), json::parse(after.out)) << name;
+      } else if (c.args[0] != "members") {  // members prints "last heartbeat N s ago"
+        EXPECT_EQ(before.out, after.out) << name;
+      }
+    }
+  }
+  const ProcessResult typo =
+      RunProcess({Built(ZEROCTL_PATH), "--endpoint", zerod.endpoint(), "memebrs", "g"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_EQ(typo.err,
+            "zeroctl: unknown command 'memebrs' (expected one of: plan, jobs, members, shards, "
+            "memory, watch)\n");
+}
+
 TEST(Zerod, ZeroctlWatchStreamsEventsUntilTheJobEnds) {
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());

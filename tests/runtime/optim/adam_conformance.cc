@@ -1,7 +1,7 @@
 // adam_conformance FILE...: runs our Adam/AdamW at every dispatch level this build and CPU have
-// (scalar, AVX2, AVX-512) on torch's conformance vectors (../shared/testdata/adam/), one line per
-// file and level with the worst error relative to each array's largest magnitude. Exit 1 if any
-// exceeds the bound (1e-6), 2 on unreadable input.
+// (scalar, AVX2, AVX-512) on torch's conformance vectors (tests/testdata/adam/, made by
+// scripts/make_adam_vectors.py), one line per file and level with the worst error relative to each
+// array's largest magnitude. Exit 1 if any exceeds the bound (1e-6), 2 on unreadable input.
 
 #include <cmath>
 #include <cstdio>
