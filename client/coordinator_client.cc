@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "proto/grpc_status.h"
 #include "proto/plan_convert.h"
+#include "runtime/common/status_macros.h"
 #include "runtime/plan/digest.h"
 
 namespace zerod::client {
@@ -20,10 +21,6 @@ std::string Hostname() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
   return name;
-}
-
-void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
 }  // namespace
@@ -65,25 +62,25 @@ CoordinatorClient::CoordinatorClient(ClientOptions options, std::string endpoint
 
 CoordinatorClient::~CoordinatorClient() { StopHeartbeats(); }
 
-absl::Status CoordinatorClient::Call(
-    const char* what, absl::Duration timeout,
-    const std::function<grpc::Status(grpc::ClientContext&)>& attempt) {
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> CoordinatorClient::Unary(
+    const char* what, absl::Duration timeout, Stub& stub,
+    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request, absl::Time not_before) {
   thread_local std::mt19937_64 rng(std::random_device{}());
   const absl::Time give_up = absl::Now() + options_.retry_for;
   absl::Duration backoff = absl::Milliseconds(50);
   for (;;) {
     grpc::ClientContext context;
-    SetDeadline(context, timeout);
-    const grpc::Status status = attempt(context);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() >= give_up) {
-      if (status.ok()) return absl::OkStatus();
-      absl::Status s = rpc::FromGrpc(status);
-      if (s.code() == absl::StatusCode::kUnavailable) {
-        return absl::UnavailableError(
-            absl::StrCat(what, ": zerod at ", endpoint_, " unavailable for ",
-                         absl::FormatDuration(options_.retry_for), ": ", s.message()));
-      }
-      return s;
+    context.set_deadline(absl::ToChronoTime(std::max(absl::Now() + timeout, not_before)));
+    Response response;
+    const grpc::Status status = (stub.*method)(&context, request, &response);
+    if (status.ok()) return response;
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return rpc::FromGrpc(status);
+    if (absl::Now() >= give_up) {
+      return absl::UnavailableError(
+          absl::StrCat(what, ": zerod at ", endpoint_, " unavailable for ",
+                       absl::FormatDuration(options_.retry_for), ": ", status.error_message()));
     }
     // Full jitter: sleep uniformly in [backoff/2, backoff], doubling up to 2 s.
     std::uniform_int_distribution<int64_t> jitter(absl::ToInt64Microseconds(backoff) / 2,
@@ -104,13 +101,10 @@ absl::StatusOr<Membership> CoordinatorClient::Join(const JoinOptions& o, absl::D
   if (o.send_layout) rpc::ToProto(o.layout, request.mutable_layout());
   request.set_layout_digest(plan::DigestHex(plan::LayoutDigest(o.layout)));
   *request.mutable_options() = rpc::ToProto(o.plan_options);
-  v1::JoinResponse response;
-  const absl::Time deadline = absl::Now() + wait;
-  absl::Status s = Call("join", wait, [&](grpc::ClientContext& context) {
-    context.set_deadline(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))));
-    return coordinator_->Join(&context, request, &response);
-  });
-  if (!s.ok()) return s;
+  // A retried join waits only what is left of `wait` (but at least a second, to be answered).
+  ZEROD_ASSIGN_OR_RETURN(const v1::JoinResponse response,
+                         Unary("join", absl::Seconds(1), *coordinator_,
+                               &v1::Coordinator::Stub::Join, request, absl::Now() + wait));
   Membership m;
   if (!m.plan_inputs.ParseFromString(response.plan_inputs())) {
     return absl::DataLossError(
@@ -129,12 +123,8 @@ absl::StatusOr<Membership> CoordinatorClient::Join(const JoinOptions& o, absl::D
 absl::StatusOr<v1::PlanInputs> CoordinatorClient::GetPlan(const std::string& job_id) {
   v1::GetPlanRequest request;
   request.set_job_id(job_id);
-  v1::PlanInputs response;
-  absl::Status s = Call("get plan", options_.call_timeout, [&](grpc::ClientContext& c) {
-    return coordinator_->GetPlan(&c, request, &response);
-  });
-  if (!s.ok()) return s;
-  return response;
+  return Unary("get plan", options_.call_timeout, *coordinator_, &v1::Coordinator::Stub::GetPlan,
+               request);
 }
 
 absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(const std::string& job_id,
@@ -147,32 +137,26 @@ absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(const std::st
   request.set_step(report.step);
   request.mutable_memory_bytes()->insert(report.memory_bytes.begin(), report.memory_bytes.end());
   request.mutable_comm_bytes()->insert(report.comm_bytes.begin(), report.comm_bytes.end());
-  v1::HeartbeatResponse response;
-  absl::Status s = Call("heartbeat", options_.call_timeout, [&](grpc::ClientContext& c) {
-    return coordinator_->Heartbeat(&c, request, &response);
-  });
-  if (!s.ok()) return s;
-  return response;
+  return Unary("heartbeat", options_.call_timeout, *coordinator_, &v1::Coordinator::Stub::Heartbeat,
+               request);
 }
 
 absl::StatusOr<int64_t> CoordinatorClient::Leave(const std::string& job_id, int64_t rank) {
   v1::LeaveRequest request;
   request.set_job_id(job_id);
   request.set_rank(rank);
-  v1::LeaveResponse response;
-  absl::Status s = Call("leave", options_.call_timeout, [&](grpc::ClientContext& c) {
-    return coordinator_->Leave(&c, request, &response);
-  });
-  if (!s.ok()) return s;
+  ZEROD_ASSIGN_OR_RETURN(
+      const v1::LeaveResponse response,
+      Unary("leave", options_.call_timeout, *coordinator_, &v1::Coordinator::Stub::Leave, request));
   return response.generation();
 }
 
 absl::Status CoordinatorClient::EndJob(const std::string& job_id) {
   v1::EndJobRequest request;
   request.set_job_id(job_id);
-  v1::EndJobResponse response;
-  return Call("end job", options_.call_timeout,
-              [&](grpc::ClientContext& c) { return coordinator_->EndJob(&c, request, &response); });
+  return Unary("end job", options_.call_timeout, *coordinator_, &v1::Coordinator::Stub::EndJob,
+               request)
+      .status();
 }
 
 void CoordinatorClient::StartHeartbeats(
@@ -181,25 +165,27 @@ void CoordinatorClient::StartHeartbeats(
     std::function<void(const absl::StatusOr<v1::HeartbeatResponse>&)> on_reply) {
   StopHeartbeats();
   {
-    absl::MutexLock lock(&heartbeat_mu_);
+    MutexLock lock(&heartbeat_mu_);
     heartbeat_stop_ = false;
   }
   heartbeat_thread_ = std::thread([this, job_id, rank, generation, interval,
                                    report = std::move(report), on_reply = std::move(on_reply)] {
-    absl::MutexLock lock(&heartbeat_mu_);
+    auto stopped = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_mu_) { return heartbeat_stop_; };
+    MutexLock lock(&heartbeat_mu_);
     while (!heartbeat_stop_) {
       heartbeat_mu_.Unlock();
       auto reply = Heartbeat(job_id, rank, generation, report ? report() : HeartbeatReport{});
       if (on_reply) on_reply(reply);
       heartbeat_mu_.Lock();
-      heartbeat_mu_.AwaitWithTimeout(absl::Condition(&heartbeat_stop_), interval);
+      heartbeat_mu_.AwaitWithTimeout(stopped, interval);
     }
   });
 }
 
 void CoordinatorClient::StopHeartbeats() {
   {
-    absl::MutexLock lock(&heartbeat_mu_);
+    MutexLock lock(&heartbeat_mu_);
     heartbeat_stop_ = true;
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
@@ -228,9 +214,8 @@ absl::Status CoordinatorClient::StoreSet(const std::string& job_id, const std::s
   request.set_job_id(job_id);
   request.set_key(key);
   request.set_value(value);
-  v1::SetResponse response;
-  return Call("store set", options_.call_timeout,
-              [&](grpc::ClientContext& c) { return store_->Set(&c, request, &response); });
+  return Unary("store set", options_.call_timeout, *store_, &v1::Store::Stub::Set, request)
+      .status();
 }
 
 absl::StatusOr<std::string> CoordinatorClient::StoreGet(const std::string& job_id,
@@ -240,12 +225,10 @@ absl::StatusOr<std::string> CoordinatorClient::StoreGet(const std::string& job_i
   request.set_job_id(job_id);
   request.set_key(key);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  v1::GetResponse response;
-  absl::Status s = Call("store get", timeout + options_.call_timeout, [&](grpc::ClientContext& c) {
-    return store_->Get(&c, request, &response);
-  });
-  if (!s.ok()) return s;
-  return response.value();
+  ZEROD_ASSIGN_OR_RETURN(
+      v1::GetResponse response,
+      Unary("store get", timeout + options_.call_timeout, *store_, &v1::Store::Stub::Get, request));
+  return std::move(*response.mutable_value());
 }
 
 absl::StatusOr<int64_t> CoordinatorClient::StoreAdd(const std::string& job_id,
@@ -254,11 +237,9 @@ absl::StatusOr<int64_t> CoordinatorClient::StoreAdd(const std::string& job_id,
   request.set_job_id(job_id);
   request.set_key(key);
   request.set_delta(delta);
-  v1::AddResponse response;
-  absl::Status s = Call("store add", options_.call_timeout, [&](grpc::ClientContext& c) {
-    return store_->Add(&c, request, &response);
-  });
-  if (!s.ok()) return s;
+  ZEROD_ASSIGN_OR_RETURN(
+      const v1::AddResponse response,
+      Unary("store add", options_.call_timeout, *store_, &v1::Store::Stub::Add, request));
   return response.value();
 }
 
@@ -271,12 +252,8 @@ absl::StatusOr<v1::CompareSetResponse> CoordinatorClient::StoreCompareSet(
   request.set_expected_absent(!expected.has_value());
   if (expected) request.set_expected(*expected);
   request.set_desired(desired);
-  v1::CompareSetResponse response;
-  absl::Status s = Call("store compare-set", options_.call_timeout, [&](grpc::ClientContext& c) {
-    return store_->CompareSet(&c, request, &response);
-  });
-  if (!s.ok()) return s;
-  return response;
+  return Unary("store compare-set", options_.call_timeout, *store_, &v1::Store::Stub::CompareSet,
+               request);
 }
 
 absl::StatusOr<bool> CoordinatorClient::StoreDelete(const std::string& job_id,
@@ -284,11 +261,9 @@ absl::StatusOr<bool> CoordinatorClient::StoreDelete(const std::string& job_id,
   v1::DeleteRequest request;
   request.set_job_id(job_id);
   request.set_key(key);
-  v1::DeleteResponse response;
-  absl::Status s = Call("store delete", options_.call_timeout, [&](grpc::ClientContext& c) {
-    return store_->Delete(&c, request, &response);
-  });
-  if (!s.ok()) return s;
+  ZEROD_ASSIGN_OR_RETURN(
+      const v1::DeleteResponse response,
+      Unary("store delete", options_.call_timeout, *store_, &v1::Store::Stub::Delete, request));
   return response.deleted();
 }
 
@@ -299,9 +274,9 @@ absl::Status CoordinatorClient::StoreWait(const std::string& job_id,
   request.set_job_id(job_id);
   for (const std::string& k : keys) request.add_keys(k);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  v1::WaitResponse response;
-  return Call("store wait", timeout + options_.call_timeout,
-              [&](grpc::ClientContext& c) { return store_->Wait(&c, request, &response); });
+  return Unary("store wait", timeout + options_.call_timeout, *store_, &v1::Store::Stub::Wait,
+               request)
+      .status();
 }
 
 absl::Status CoordinatorClient::Barrier(const std::string& job_id, const std::string& name,
@@ -313,30 +288,21 @@ absl::Status CoordinatorClient::Barrier(const std::string& job_id, const std::st
   request.set_participant(participant);
   request.set_count(count);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  v1::BarrierResponse response;
-  return Call("barrier", timeout + options_.call_timeout,
-              [&](grpc::ClientContext& c) { return store_->Barrier(&c, request, &response); });
+  return Unary("barrier", timeout + options_.call_timeout, *store_, &v1::Store::Stub::Barrier,
+               request)
+      .status();
 }
 
 absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::ListJobs() {
-  v1::ListJobsRequest request;
-  v1::ListJobsResponse response;
-  absl::Status s = Call("list jobs", options_.call_timeout, [&](grpc::ClientContext& c) {
-    return inspect_->ListJobs(&c, request, &response);
-  });
-  if (!s.ok()) return s;
-  return response;
+  return Unary("list jobs", options_.call_timeout, *inspect_, &v1::Inspect::Stub::ListJobs,
+               v1::ListJobsRequest());
 }
 
 absl::StatusOr<v1::JobDescription> CoordinatorClient::DescribeJob(const std::string& job_id) {
   v1::DescribeJobRequest request;
   request.set_job_id(job_id);
-  v1::JobDescription response;
-  absl::Status s = Call("describe job", options_.call_timeout, [&](grpc::ClientContext& c) {
-    return inspect_->DescribeJob(&c, request, &response);
-  });
-  if (!s.ok()) return s;
-  return response;
+  return Unary("describe job", options_.call_timeout, *inspect_, &v1::Inspect::Stub::DescribeJob,
+               request);
 }
 
 absl::StatusOr<v1::ShardMapResponse> CoordinatorClient::ShardMap(const std::string& job_id,
@@ -346,12 +312,8 @@ absl::StatusOr<v1::ShardMapResponse> CoordinatorClient::ShardMap(const std::stri
   request.set_job_id(job_id);
   request.set_rank(rank);
   request.set_tensor(tensor);
-  v1::ShardMapResponse response;
-  absl::Status s = Call("shard map", options_.call_timeout, [&](grpc::ClientContext& c) {
-    return inspect_->ShardMap(&c, request, &response);
-  });
-  if (!s.ok()) return s;
-  return response;
+  return Unary("shard map", options_.call_timeout, *inspect_, &v1::Inspect::Stub::ShardMap,
+               request);
 }
 
 }  // namespace zerod::client

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/common/mutex.h"
 #include "runtime/plan/shard_plan.h"
 #include "zerod/v1/coordinator.grpc.pb.h"
 #include "zerod/v1/inspect.grpc.pb.h"
@@ -121,10 +121,15 @@ class CoordinatorClient {
  private:
   explicit CoordinatorClient(ClientOptions options, std::string endpoint);
 
-  // Runs `attempt` with a fresh context whose deadline is `timeout` from now, retrying on
-  // UNAVAILABLE with backoff until options_.retry_for has passed.
-  absl::Status Call(const char* what, absl::Duration timeout,
-                    const std::function<grpc::Status(grpc::ClientContext&)>& attempt);
+  // One unary RPC: `method` of `stub` with `request`, each attempt under a fresh context whose
+  // deadline is `timeout` from the attempt's start (but not before `not_before`), retried on
+  // UNAVAILABLE with backoff until options_.retry_for has passed. `what` names the call in errors.
+  template <typename Stub, typename Request, typename Response>
+  absl::StatusOr<Response> Unary(const char* what, absl::Duration timeout, Stub& stub,
+                                 grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                              Response*),
+                                 const Request& request,
+                                 absl::Time not_before = absl::InfinitePast());
 
   const ClientOptions options_;
   const std::string endpoint_;
@@ -133,7 +138,7 @@ class CoordinatorClient {
   std::unique_ptr<v1::Store::Stub> store_;
   std::unique_ptr<v1::Inspect::Stub> inspect_;
 
-  absl::Mutex heartbeat_mu_;
+  Mutex heartbeat_mu_;
   bool heartbeat_stop_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
   std::thread heartbeat_thread_;
 };

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -122,10 +123,7 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
                                           std::make_shared<CoordinatorStore>(s->client_, o.job_id));
   s->client_->StartHeartbeats(
       o.job_id, s->membership_.rank, s->membership_.generation, o.heartbeat_interval,
-      [raw = s.get()] {
-        absl::MutexLock lock(&raw->mu_);
-        return raw->report_;
-      },
+      [raw = s.get()] { return raw->CurrentReport(); },
       [raw = s.get()](const absl::StatusOr<v1::HeartbeatResponse>& reply) {
         raw->OnHeartbeat(reply);
       });
@@ -166,7 +164,7 @@ absl::Status TrainerSession::Connect() {
   if (gathers) {
     ZEROD_ASSIGN_OR_RETURN(gather, make("-gather"));
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   communicator_ = std::move(main);
   gather_communicator_ = std::move(gather);
   if (!lost_.ok()) AbortCommunicators(lost_);
@@ -178,22 +176,71 @@ void TrainerSession::AbortCommunicators(const absl::Status& why) {
   if (gather_communicator_) gather_communicator_->Abort(why);
 }
 
-void TrainerSession::Configure(engine::EngineOptions& options) {
-  if (device_ops_) options.device = device_ops_;
+absl::StatusOr<engine::ZeroEngine*> TrainerSession::CreateEngine(engine::EngineOptions options) {
+  if (left_) return absl::FailedPreconditionError("create engine: the session has left its job");
+  if (engine() != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", options_.job_id, ": rank ", rank(), " already has an engine"));
+  }
+  options.device = device_ops_;
   options.gather_comm = gather_communicator_.get();
   options.check_store = store_;
   options.collective_timeout = options_.collective_timeout;
+  options.explain_failure = [this](const absl::Status& failure) { return Explain(failure); };
+  ZEROD_ASSIGN_OR_RETURN(
+      std::unique_ptr<engine::ZeroEngine> created,
+      engine::ZeroEngine::Create(membership_.plan, communicator_.get(), std::move(options)));
+  MutexLock lock(&mu_);
+  engine_ = std::move(created);
+  return engine_.get();
+}
+
+engine::ZeroEngine* TrainerSession::engine() const {
+  MutexLock lock(&mu_);
+  return engine_.get();
+}
+
+HeartbeatReport TrainerSession::CurrentReport() const {
+  HeartbeatReport report;
+  const engine::ZeroEngine* e = engine();
+  if (e == nullptr) return report;
+  report.step = e->step();
+  const plan::MemoryBreakdown memory = e->MemoryByCategory();
+  for (int c = 0; c < plan::kMemoryCategoryCount; ++c) {
+    report
+        .memory_bytes[std::string(plan::MemoryCategoryName(static_cast<plan::MemoryCategory>(c)))] =
+        memory.bytes[c];
+  }
+  report.comm_bytes = e->BytesSent();
+  return report;
+}
+
+absl::StatusOr<double> TrainerSession::Average(double value) {
+  if (membership_.world_size == 1) return value;
+  // Reduced in fp32 (every backend has it), in the communicator's memory: a GPU buffer on cuda.
+  float sum = static_cast<float>(value);
+  std::optional<engine::Buffer> staging;
+  float* data = &sum;
+  if (device_ops_) {
+    ZEROD_ASSIGN_OR_RETURN(staging, engine::Buffer::Allocate(device_ops_, DType::kFloat32, 1));
+    ZEROD_RETURN_IF_ERROR(staging->Upload(&sum, sizeof(float)));
+    data = staging->f32();
+  }
+  absl::Status s =
+      communicator_->AllReduce(data, 1, DType::kFloat32)->Wait(options_.collective_timeout);
+  if (!s.ok()) return Explain(s);
+  if (staging) ZEROD_RETURN_IF_ERROR(device_ops_->Download(&sum, data, sizeof(float)));
+  return static_cast<double>(sum) / static_cast<double>(membership_.world_size);
 }
 
 TrainerSession::~TrainerSession() {
   client_->StopHeartbeats();
+  {
+    MutexLock lock(&mu_);
+    engine_.reset();  // before the communicators it uses
+  }
   gather_communicator_.reset();
   communicator_.reset();
-}
-
-void TrainerSession::Report(HeartbeatReport report) {
-  absl::MutexLock lock(&mu_);
-  report_ = std::move(report);
 }
 
 void TrainerSession::OnHeartbeat(const absl::StatusOr<v1::HeartbeatResponse>& reply) {
@@ -210,7 +257,7 @@ void TrainerSession::OnHeartbeat(const absl::StatusOr<v1::HeartbeatResponse>& re
   } else {
     return;
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!lost_.ok()) return;
   lost_ = lost;
   AbortCommunicators(lost);
@@ -218,9 +265,9 @@ void TrainerSession::OnHeartbeat(const absl::StatusOr<v1::HeartbeatResponse>& re
 
 absl::Status TrainerSession::Explain(const absl::Status& failure) {
   const absl::Time deadline = absl::Now() + 2 * membership_.lease_ttl + absl::Seconds(1);
-  absl::MutexLock lock(&mu_);
-  auto known = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !lost_.ok(); };
-  if (mu_.AwaitWithDeadline(absl::Condition(&known), deadline)) {
+  MutexLock lock(&mu_);
+  auto known = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !lost_.ok(); };
+  if (mu_.AwaitWithDeadline(known, deadline)) {
     return absl::Status(lost_.code(), absl::StrCat(lost_.message(), " [", failure.message(), "]"));
   }
   return failure;
@@ -231,12 +278,8 @@ absl::Status TrainerSession::Leave() {
   left_ = true;
   client_->StopHeartbeats();
   // A last heartbeat, so what the job shows afterwards is the run's final state.
-  HeartbeatReport last;
-  {
-    absl::MutexLock lock(&mu_);
-    last = report_;
-  }
-  (void)client_->Heartbeat(options_.job_id, membership_.rank, membership_.generation, last);
+  (void)client_->Heartbeat(options_.job_id, membership_.rank, membership_.generation,
+                           CurrentReport());
   auto generation = client_->Leave(options_.job_id, membership_.rank);
   return generation.status();
 }

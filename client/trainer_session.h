@@ -11,19 +11,29 @@
 // Device "cpu": Gloo, buffers in host memory. Device "cuda:N" (CUDA builds): the engine's buffers
 // on GPU N (CudaOps) and NCCL ordered after the ops' stream. At stage 3 a second communicator
 // carries the parameter gathers (EngineOptions::gather_comm) unless options say otherwise.
-// Configure() puts all of it into the engine's options.
 //
-// Owns the client's heartbeat thread (stopped by Leave or the destructor) and the communicators;
-// it must outlive the engine that uses them.
+// The session makes the engine (CreateEngine), so the wiring cannot be forgotten: the plan, the
+// communicators, the device, the store for collective-order checks and the timeout come from the
+// session. From then on the heartbeats carry the engine's step, memory by category and bytes
+// sent, read from the engine itself, and every collective that fails inside the engine comes
+// back explained: when the coordinator names a lost rank, the error says so.
+//
+//   auto session = TrainerSession::Start(options);          // join, plan, communicators
+//   auto engine = (*session)->CreateEngine(engine_options);   // owned by the session
+//   ... Gather / Param / AccumulateGrad / Step on *engine ...
+//   (*session)->Leave();
+//
+// Owns the client's heartbeat thread (stopped by Leave or the destructor), the communicators and
+// the engine (destroyed before the communicators it uses).
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "client/coordinator_client.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/store.h"
+#include "runtime/common/mutex.h"
 #include "runtime/engine/device_ops.h"
 #include "runtime/engine/zero_engine.h"
 #include "runtime/plan/shard_plan.h"
@@ -64,47 +74,51 @@ class TrainerSession {
   const std::string& job_id() const { return options_.job_id; }
   const std::string& device() const { return options_.device; }  // "cpu" or "cuda:N"
   std::shared_ptr<const plan::ShardPlan> plan() const { return membership_.plan; }
-  comm::Communicator* communicator() { return communicator_.get(); }
-  // The stage-3 gather communicator, or nullptr.
-  comm::Communicator* gather_communicator() { return gather_communicator_.get(); }
-  // Where the engine's buffers live: nullptr for host memory, CudaOps on "cuda:N".
+  // Whether stage-3 gathers run on a communicator of their own.
+  bool has_gather_communicator() const { return gather_communicator_ != nullptr; }
+  // Where the engine's buffers live: nullptr for host memory, CudaOps on "cuda:N". A model that
+  // computes on the host uploads its gradients through a buffer allocated with these ops.
   std::shared_ptr<engine::DeviceOps> device_ops() const { return device_ops_; }
-  // Sets the engine options that come from the session: device, gather communicator, the store
-  // for collective-order checks, the collective timeout.
-  void Configure(engine::EngineOptions& options);
-  std::shared_ptr<comm::Store> store() { return store_; }
-  CoordinatorClient& client() { return *client_; }
 
-  // What the next heartbeats carry.
-  void Report(HeartbeatReport report);
+  // Creates this session's engine. From `options` come the optimizer, loss scaling, clipping,
+  // accumulation and thread settings; the session sets the rest (device, gather communicator,
+  // check store, collective timeout, failure explanation), overriding what `options` says of
+  // them. One engine per session: a second call is FAILED_PRECONDITION. The engine lives until
+  // the session is destroyed.
+  absl::StatusOr<engine::ZeroEngine*> CreateEngine(engine::EngineOptions options);
+  engine::ZeroEngine* engine() const;
 
-  // Turns a failed collective into the coordinator's account of it: waits (up to two lease
-  // TTLs) for the coordinator to name a lost rank and returns that, else `failure` itself.
-  absl::Status Explain(const absl::Status& failure);
+  // The mean of `value` over every rank (a collective: every rank calls it), e.g. a global loss.
+  absl::StatusOr<double> Average(double value);
 
-  // Sends a last heartbeat with the latest report, stops heartbeating and leaves the job.
+  // Sends a last heartbeat with the engine's final state, stops heartbeating and leaves the job.
   absl::Status Leave();
 
  private:
   TrainerSession() = default;
+  absl::Status Connect();
   void OnHeartbeat(const absl::StatusOr<v1::HeartbeatResponse>& reply);
+  // What the next heartbeat carries: the engine's statistics, once there is an engine.
+  HeartbeatReport CurrentReport() const;
+  void AbortCommunicators(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Turns a failed collective into the coordinator's account of it: waits (up to two lease
+  // TTLs) for the coordinator to name a lost rank and returns that, else `failure` itself.
+  absl::Status Explain(const absl::Status& failure);
 
   SessionOptions options_;
   std::shared_ptr<CoordinatorClient> client_;
   Membership membership_;
   std::shared_ptr<comm::Store> store_;
-  absl::Status Connect();
-  void AbortCommunicators(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   std::shared_ptr<engine::DeviceOps> device_ops_;
   int device_ = -1;  // the GPU on "cuda:N", else -1
-  // Written once by Start (under mu_), read by the heartbeat thread under mu_.
+  // Set by Start before the heartbeat thread could abort them (under mu_), then only read.
   std::unique_ptr<comm::Communicator> communicator_;
   std::unique_ptr<comm::Communicator> gather_communicator_;
   bool left_ = false;
 
-  absl::Mutex mu_;
-  HeartbeatReport report_ ABSL_GUARDED_BY(mu_);
+  mutable Mutex mu_;
+  // Set once by CreateEngine; the heartbeat thread reads its thread-safe statistics.
+  std::unique_ptr<engine::ZeroEngine> engine_ ABSL_GUARDED_BY(mu_);
   absl::Status lost_ ABSL_GUARDED_BY(mu_);  // set once the coordinator reports a loss
 };
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -33,6 +34,33 @@ using namespace zerod;
 int Fail(int64_t rank, const absl::Status& s) {
   std::cerr << "train_mlp: rank " << rank << ": " << s.message() << std::endl;
   return 1;
+}
+
+// Rounded for people: a step time to the microsecond, not to 17 digits.
+double RoundTo(double value, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(value * scale) / scale;
+}
+
+// The unsharded reference: the layout as one stage-0 rank with a communicator of its own.
+absl::StatusOr<engine::ZeroEngine*> ReferenceEngine(const std::vector<plan::TensorSpec>& layout,
+                                                    const plan::PlanOptions& plan_options,
+                                                    const engine::EngineOptions& options,
+                                                    std::unique_ptr<comm::Communicator>& comm,
+                                                    std::unique_ptr<engine::ZeroEngine>& engine) {
+  plan::PlanInput input{layout, plan_options};
+  input.options.world_size = 1;
+  input.options.stage = 0;
+  auto plan = plan::ShardPlan::Create(input);
+  if (!plan.ok()) return plan.status();
+  auto c = comm::GlooCommunicator::Create(std::make_shared<comm::InMemoryStore>(), 0, 1, {});
+  if (!c.ok()) return c.status();
+  comm = *std::move(c);
+  auto e = engine::ZeroEngine::Create(std::make_shared<const plan::ShardPlan>(*std::move(plan)),
+                                      comm.get(), options);
+  if (!e.ok()) return e.status();
+  engine = *std::move(e);
+  return engine.get();
 }
 
 long PeakRssKib() {
@@ -114,24 +142,22 @@ int main(int argc, char** argv) {
   plan_options.reduce_bucket_bytes = 64 << 10;  // small buckets: a small model still overlaps
   const std::vector<plan::TensorSpec> layout = examples::MlpLayout(shape, *dtype);
 
-  // The run's pieces: a session and its communicator, or (reference) one local rank.
+  // The engine: under a session (which makes and wires it), or (reference) on one local rank.
   std::unique_ptr<client::TrainerSession> session;
   std::unique_ptr<comm::Communicator> local_comm;
-  std::shared_ptr<const plan::ShardPlan> plan;
-  comm::Communicator* communicator = nullptr;
+  std::unique_ptr<engine::ZeroEngine> local_engine;
+  engine::ZeroEngine* e = nullptr;
+  engine::EngineOptions engine_options;
+  engine_options.adam.lr = lr;
+  engine_options.max_grad_norm = clip;
+  engine_options.accumulation_steps = accumulation;
   int64_t rank = 0;
   if (reference) {
     if (world == 0) world = 1;
-    plan::PlanInput input{layout, plan_options};
-    input.options.world_size = 1;
-    input.options.stage = 0;
-    auto p = plan::ShardPlan::Create(input);
-    if (!p.ok()) return Fail(0, p.status());
-    plan = std::make_shared<const plan::ShardPlan>(*std::move(p));
-    auto c = comm::GlooCommunicator::Create(std::make_shared<comm::InMemoryStore>(), 0, 1, {});
-    if (!c.ok()) return Fail(0, c.status());
-    local_comm = *std::move(c);
-    communicator = local_comm.get();
+    absl::StatusOr<engine::ZeroEngine*> created =
+        ReferenceEngine(layout, plan_options, engine_options, local_comm, local_engine);
+    if (!created.ok()) return Fail(0, created.status());
+    e = *created;
   } else {
     client::SessionOptions options;
     options.endpoint = endpoint;
@@ -144,11 +170,13 @@ int main(int argc, char** argv) {
     auto s = client::TrainerSession::Start(options);
     if (!s.ok()) return Fail(-1, s.status());
     session = *std::move(s);
-    plan = session->plan();
-    communicator = session->communicator();
     rank = session->rank();
     world = session->world_size();
+    absl::StatusOr<engine::ZeroEngine*> created = session->CreateEngine(engine_options);
+    if (!created.ok()) return Fail(rank, created.status());
+    e = *created;
   }
+  const plan::ShardPlan& plan = e->plan();
   if (batch % world != 0) {
     return Fail(rank, absl::InvalidArgumentError(absl::StrCat(
                           "--batch ", batch, " does not split evenly over ", world, " ranks")));
@@ -156,16 +184,8 @@ int main(int argc, char** argv) {
   const int64_t local = reference ? batch : batch / world;
   const int64_t first_sample = reference ? 0 : rank * local;
 
-  engine::EngineOptions engine_options;
-  engine_options.adam.lr = lr;
-  engine_options.max_grad_norm = clip;
-  engine_options.accumulation_steps = accumulation;
-  if (session) session->Configure(engine_options);
-  auto created = engine::ZeroEngine::Create(plan, communicator, engine_options);
-  if (!created.ok()) return Fail(rank, created.status());
-  engine::ZeroEngine& e = **created;
   absl::Status status =
-      e.InitParameters([&](int64_t t, float* out) { examples::MlpInit(shape, seed, t, out); });
+      e->InitParameters([&](int64_t t, float* out) { examples::MlpInit(shape, seed, t, out); });
   if (!status.ok()) return Fail(rank, status);
   // The model computes on the host; on a GPU its gradients go up through one staging buffer.
   std::optional<engine::Buffer> staging;
@@ -177,35 +197,20 @@ int main(int argc, char** argv) {
     staging = *std::move(b);
   }
 
-  auto report = [&](int64_t step) {
-    if (!session) return;
-    client::HeartbeatReport r;
-    r.step = step;
-    const plan::MemoryBreakdown memory = e.MemoryByCategory();
-    for (int c = 0; c < plan::kMemoryCategoryCount; ++c) {
-      r.memory_bytes[std::string(plan::MemoryCategoryName(static_cast<plan::MemoryCategory>(c)))] =
-          memory.bytes[c];
-    }
-    r.comm_bytes = e.BytesSent();
-    session->Report(r);
-  };
-  report(0);
   const examples::Dataset data(shape, seed);
   double last_loss = 0, total_ms = 0;
   for (int64_t step = 1; step <= steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     double loss = 0;
-    for (int64_t micro = 0; micro < accumulation && status.ok(); ++micro) {
+    for (int64_t micro = 0; micro < accumulation; ++micro) {
       // Micro-steps of one step use consecutive blocks of the global sample stream.
       const examples::Batch b = data.Make(step * accumulation + micro, first_sample, local);
-      auto micro_loss = examples::TrainMicroStep(shape, e, b, staging ? &*staging : nullptr);
-      status = micro_loss.status();
-      if (micro_loss.ok()) loss += *micro_loss / static_cast<double>(accumulation);
+      auto micro_loss = examples::TrainMicroStep(shape, *e, b, staging ? &*staging : nullptr);
+      if (!micro_loss.ok()) return Fail(rank, micro_loss.status());
+      loss += *micro_loss / static_cast<double>(accumulation);
     }
-    absl::StatusOr<engine::StepResult> result =
-        status.ok() ? e.Step() : absl::StatusOr<engine::StepResult>(status);
-    if (!result.ok())
-      return Fail(rank, session ? session->Explain(result.status()) : result.status());
+    absl::StatusOr<engine::StepResult> result = e->Step();
+    if (!result.ok()) return Fail(rank, result.status());
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (step > 1) total_ms += ms;
@@ -213,49 +218,41 @@ int main(int argc, char** argv) {
     std::printf("step %ld loss %.6f time %.2f ms%s\n", static_cast<long>(step), loss, ms,
                 result->applied ? "" : " (skipped: gradient overflow)");
     std::fflush(stdout);
-    report(step);
   }
-  std::map<std::string, int64_t> sent = e.BytesSent();
+  std::map<std::string, int64_t> sent = e->BytesSent();
   int64_t sent_total = 0;
   for (const auto& [name, bytes] : sent) sent_total += bytes;
   // The global final loss: the mean of every rank's (equal-sized) batch loss.
   float global_loss = static_cast<float>(last_loss);
-  if (world > 1 && !reference) {
-    // Through the communicator's memory: the staging buffer on a GPU.
-    float* sum = staging ? staging->f32() : &global_loss;
-    if (staging) status = staging->Upload(&global_loss, sizeof(float));
-    if (status.ok()) {
-      status = communicator->AllReduce(sum, 1, DType::kFloat32)->Wait(absl::Seconds(60));
-    }
-    if (status.ok() && staging) {
-      status = session->device_ops()->Download(&global_loss, sum, sizeof(float));
-    }
-    if (!status.ok()) return Fail(rank, session->Explain(status));
-    global_loss /= static_cast<float>(world);
+  if (session) {
+    absl::StatusOr<double> mean = session->Average(last_loss);
+    if (!mean.ok()) return Fail(rank, mean.status());
+    global_loss = static_cast<float>(*mean);
   }
+  const double step_time_ms = steps > 1 ? total_ms / static_cast<double>(steps - 1) : 0.0;
   std::printf("rank %ld: peak_rss_kib %ld, step_time_ms %.3f\n", static_cast<long>(rank),
-              PeakRssKib(), steps > 1 ? total_ms / static_cast<double>(steps - 1) : 0.0);
+              PeakRssKib(), step_time_ms);
   if (rank == 0) {
-    const plan::MemoryBreakdown memory = e.MemoryByCategory();
+    const plan::MemoryBreakdown memory = e->MemoryByCategory();
     nlohmann::json out = {
         {"job", session ? session->job_id() : "reference"},
         {"reference", reference},
-        {"stage", plan->stage()},
+        {"stage", plan.stage()},
         {"world_size", world},
         {"device", session ? session->device() : std::string("cpu")},
-        {"gather_communicator", session && session->gather_communicator() != nullptr},
+        {"gather_communicator", session && session->has_gather_communicator()},
         {"dtype", std::string(DTypeName(*dtype))},
         {"steps", steps},
-        {"params", plan->total_numel()},
+        {"params", plan.total_numel()},
         {"final_loss", global_loss},
         {"model_state_bytes_per_rank", memory.ModelState()},
-        {"allocated_bytes_per_rank", e.AllocatedBytes()},
-        {"paper_model_state_bytes_per_rank", std::llround(plan->PaperModelStateBytes())},
+        {"allocated_bytes_per_rank", e->AllocatedBytes()},
+        {"paper_model_state_bytes_per_rank", std::llround(plan.PaperModelStateBytes())},
         {"comm_bytes_per_step", sent_total / steps},
         {"comm_bytes_by_collective", sent},
-        {"step_time_ms", steps > 1 ? total_ms / static_cast<double>(steps - 1) : 0.0},
+        {"step_time_ms", RoundTo(step_time_ms, 3)},
         {"peak_rss_kib", PeakRssKib()},
-        {"plan_digest", plan->DigestHex()}};
+        {"plan_digest", plan.DigestHex()}};
     std::printf("%s\n", out.dump().c_str());
   }
   if (session) {
