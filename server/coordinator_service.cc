@@ -5,6 +5,7 @@
 
 #include "absl/time/clock.h"
 #include "proto/grpc_status.h"
+#include "runtime/common/mutex.h"
 #include "server/logging.h"
 
 namespace zerod::server {
@@ -24,7 +25,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::JobEvent> {
     explicit Sink(WatchStream* stream) : stream_(stream) {}
 
     void Send(const v1::JobEvent& event) override {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (stream_ == nullptr || finishing_) return;
       // A slow reader loses step updates first, never membership changes.
       if (queue_.size() >= kMaxQueuedEvents && event.kind() == v1::JobEvent::STEP) return;
@@ -32,11 +33,11 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::JobEvent> {
       if (!writing_) WriteFront();
     }
     void Close(const absl::Status& status) override {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       RequestFinish(ToGrpc(status));
     }
     void WriteDone(bool ok) {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       writing_ = false;
       if (!queue_.empty()) queue_.pop_front();
       if (!ok) RequestFinish(grpc::Status(grpc::StatusCode::CANCELLED, "watch stream broken"));
@@ -47,11 +48,11 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::JobEvent> {
       }
     }
     void Cancelled() {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       RequestFinish(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
     }
     void Detach() {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       stream_ = nullptr;
     }
 
@@ -73,7 +74,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::JobEvent> {
       stream_->Finish(status_);
     }
 
-    absl::Mutex mu_;
+    Mutex mu_;
     WatchStream* stream_ ABSL_GUARDED_BY(mu_);
     std::deque<v1::JobEvent> queue_ ABSL_GUARDED_BY(mu_);
     bool writing_ ABSL_GUARDED_BY(mu_) = false;

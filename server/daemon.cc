@@ -45,8 +45,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   log->info("state {} (revision {}): {} job(s) recovered", db, d->kv_->revision(), recovered);
 
   d->coordinator_ = std::make_unique<CoordinatorService>(d->registry_.get());
-  d->store_ = std::make_unique<StoreService>(
-      d->kv_.get(), d->registry_.get(), StoreLimits{1024, options.max_value_bytes, absl::Hours(1)});
+  d->store_ =
+      std::make_unique<StoreService>(d->kv_.get(), d->clock_.get(), d->registry_.get(),
+                                     StoreLimits{1024, options.max_value_bytes, absl::Hours(1)});
   d->inspect_ = std::make_unique<InspectService>(d->registry_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -92,9 +93,9 @@ Daemon::~Daemon() { Shutdown(absl::Seconds(5)); }
 
 void Daemon::ReaperLoop() {
   const absl::Duration period = std::max(options_.lease_ttl / 4, absl::Milliseconds(10));
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), period);
+    mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; }, period);
     if (stopping_) break;
     mu_.Unlock();
     registry_->ExpireLeases();
@@ -104,7 +105,7 @@ void Daemon::ReaperLoop() {
 
 void Daemon::Shutdown(absl::Duration grace) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }

@@ -10,8 +10,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "runtime/common/mutex.h"
 #include "server/state/sqlite_kv_store.h"
 
 namespace grpc {
@@ -61,7 +62,7 @@ class Daemon {
   std::unique_ptr<grpc::Server> server_;
   int tcp_port_ = 0;
 
-  absl::Mutex mu_;
+  Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };

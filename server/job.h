@@ -9,14 +9,15 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/common/mutex.h"
 #include "runtime/plan/shard_plan.h"
+#include "server/rank_slots.h"
 #include "zerod/v1/coordinator.pb.h"
 #include "zerod/v1/plan.pb.h"
 
@@ -59,11 +60,17 @@ struct Member {
   JoinCallback waiter;
 };
 
+// JOINING or ACTIVE: the member holds its rank.
+bool IsLive(const Member& member);
+bool IsLive(const std::optional<Member>& member);
+// "joining", "active", "lost", "left", for messages.
+const char* MemberStateName(v1::MemberState state);
+
 struct Job {
   explicit Job(std::string job_id) : id(std::move(job_id)) {}
 
   const std::string id;
-  absl::Mutex mu;
+  Mutex mu;
   int64_t world_size ABSL_GUARDED_BY(mu) = 0;
   int64_t generation ABSL_GUARDED_BY(mu) = 0;
   v1::JobState state ABSL_GUARDED_BY(mu) = v1::JOB_FORMING;
@@ -72,11 +79,8 @@ struct Job {
   int64_t layout_digest_rank ABSL_GUARDED_BY(mu) = -1;     // the rank whose digest set it
   std::vector<v1::TensorSpec> layout ABSL_GUARDED_BY(mu);  // from the first rank that sent it
   std::vector<std::optional<Member>> members ABSL_GUARDED_BY(mu);  // by rank
-  int64_t next_unused_rank ABSL_GUARDED_BY(mu) = 0;   // slots at or above it were never taken
-  std::set<int64_t> freed_ranks ABSL_GUARDED_BY(mu);  // taken once, free again
-  std::set<int64_t> lost_ranks ABSL_GUARDED_BY(mu);   // lost and not yet replaced
-  int64_t live_members ABSL_GUARDED_BY(mu) = 0;       // JOINING or ACTIVE
-  bool forming ABSL_GUARDED_BY(mu) = false;           // a formation commit is in flight
+  RankSlots slots ABSL_GUARDED_BY(mu);       // which of `members` are live, free, lost
+  bool forming ABSL_GUARDED_BY(mu) = false;  // a formation commit is in flight
   absl::Time formation_started ABSL_GUARDED_BY(mu);
   std::optional<v1::PlanInputs> plan ABSL_GUARDED_BY(mu);
   std::shared_ptr<const std::string> plan_bytes ABSL_GUARDED_BY(mu);

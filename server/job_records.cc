@@ -42,11 +42,29 @@ std::string EncodeMember(const Member& m) {
   return j.dump();
 }
 
+std::vector<KvOp> FormationRecords(const Job& job, const v1::PlanInputs& inputs) {
+  std::vector<KvOp> ops;
+  ops.push_back(KvOp::Put(MetaKey(job.id), EncodeMeta(job, inputs.generation(), v1::JOB_RUNNING)));
+  ops.push_back(KvOp::Put(PlanKey(job.id), inputs.SerializeAsString()));
+  ops.push_back(KvOp::DeletePrefix(MembersPrefix(job.id)));
+  for (int64_t r = 0; r < job.world_size; ++r) {
+    const std::optional<Member>& m = job.members[static_cast<size_t>(r)];
+    if (!m.has_value()) continue;
+    Member stored = *m;
+    if (stored.state == v1::MEMBER_JOINING) {
+      stored.state = v1::MEMBER_ACTIVE;
+      stored.generation = inputs.generation();
+    }
+    ops.push_back(KvOp::Put(MemberKey(job.id, r), EncodeMember(stored)));
+  }
+  return ops;
+}
+
 absl::StatusOr<std::shared_ptr<Job>> DecodeJob(const std::string& job_id,
                                                const std::vector<KeyValue>& records,
                                                absl::Time lease_expiry) {
   auto job = std::make_shared<Job>(job_id);
-  absl::MutexLock lock(&job->mu);
+  MutexLock lock(&job->mu);
   const std::string meta_key = MetaKey(job_id);
   const std::string plan_key = PlanKey(job_id);
   const std::string members = MembersPrefix(job_id);
@@ -68,6 +86,10 @@ absl::StatusOr<std::shared_ptr<Job>> DecodeJob(const std::string& job_id,
       have_meta = true;
     }
     if (!have_meta) return absl::DataLossError(absl::StrCat("job ", job_id, " has no meta record"));
+    if (job->world_size < 0 || job->world_size > (int64_t{1} << 24)) {
+      return absl::DataLossError(
+          absl::StrCat(meta_key, ": world size ", job->world_size, " is out of range"));
+    }
     job->members.resize(static_cast<size_t>(job->world_size));
     for (const KeyValue& kv : records) {
       if (kv.key == plan_key) {
@@ -96,25 +118,25 @@ absl::StatusOr<std::shared_ptr<Job>> DecodeJob(const std::string& job_id,
         m.budget_bytes = j.at("budget_bytes").get<int64_t>();
         m.layout_digest = j.at("layout_digest").get<std::string>();
         m.generation = j.at("generation").get<int64_t>();
-        if (m.state == v1::MEMBER_ACTIVE) {
-          m.lease_expiry = lease_expiry;
-          ++job->live_members;
-        }
+        if (m.state == v1::MEMBER_ACTIVE) m.lease_expiry = lease_expiry;
         job->members[static_cast<size_t>(rank)] = std::move(m);
       }
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat("job ", job_id, ": corrupt record: ", e.what()));
   }
+  // Joins are never stored, so every rank recorded was taken: active ones still hold it, lost
+  // ones wait for a replacement, and the rest are free again.
+  job->slots.Reset(job->world_size);
   for (int64_t r = 0; r < job->world_size; ++r) {
     const auto& m = job->members[static_cast<size_t>(r)];
     if (!m.has_value()) continue;
-    job->next_unused_rank = r + 1;
-  }
-  for (int64_t r = 0; r < job->next_unused_rank; ++r) {
-    const auto& m = job->members[static_cast<size_t>(r)];
-    if (!m.has_value() || m->state != v1::MEMBER_ACTIVE) job->freed_ranks.insert(r);
-    if (m.has_value() && m->state == v1::MEMBER_LOST) job->lost_ranks.insert(r);
+    job->slots.Take(r);
+    if (m->state == v1::MEMBER_LOST) {
+      job->slots.MarkLost(r);
+    } else if (m->state != v1::MEMBER_ACTIVE) {
+      job->slots.Free(r);
+    }
   }
   return job;
 }

@@ -9,7 +9,9 @@
 // Heartbeat statistics are never stored.
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/job.h"
@@ -29,6 +31,11 @@ std::string StoreKeyPrefix(const std::string& job_id);
 std::string EncodeMeta(const Job& job, int64_t generation, v1::JobState state)
     ABSL_SHARED_LOCKS_REQUIRED(job.mu);
 std::string EncodeMember(const Member& member);
+
+// The records of a job forming with `inputs`: meta and plan of the new generation, and every
+// member present, joining ones recorded as active in it.
+std::vector<KvOp> FormationRecords(const Job& job, const v1::PlanInputs& inputs)
+    ABSL_SHARED_LOCKS_REQUIRED(job.mu);
 
 // Rebuilds one job from its records (meta, plan, members). Active members get a lease that ends
 // at `lease_expiry` (the restart grace).

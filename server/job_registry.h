@@ -5,18 +5,25 @@
 // services translate calls into these methods and callbacks.
 //
 // Every membership change is written to the KvStore before anyone is told; heartbeats only touch
-// memory. Locks: jobs_mu_ guards the map of jobs, each Job its own state; callbacks and events
-// are delivered after the job's lock is released.
+// memory. Locks: jobs_mu_ guards the map of jobs, each Job its own state. Callbacks (join and
+// leave answers, commit results) run after the job's lock is released; events are sent to
+// EventSinks under it, so that every watcher sees a job's events in the order they happened.
+//
+// A join goes through three parts, each in its own file: admission (join_admission.h) decides
+// what to do, RankSlots (rank_slots.h) keeps which ranks are free, and the plan builder
+// (plan_builder.h) makes the plan once every rank is in.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "runtime/common/mutex.h"
 #include "server/clock.h"
 #include "server/job.h"
+#include "server/join_admission.h"
 #include "server/state/kv_store.h"
 #include "server/timer_queue.h"
 #include "zerod/v1/inspect.pb.h"
@@ -30,21 +37,10 @@ struct RegistryOptions {
   absl::Duration restart_grace = absl::Seconds(10);
 };
 
-struct JoinArgs {
-  std::string job_id;
-  int64_t world_size = 0;
-  int64_t rank = -1;  // -1: any free rank
-  std::string host;
-  std::string device;
-  int64_t budget_bytes = 0;  // 0: unbounded
-  std::vector<v1::TensorSpec> layout;
-  std::string layout_digest;
-  v1::PlanOptions options;
-};
-
 class JobRegistry {
  public:
-  // Owns a TimerQueue thread for join deadlines, stopped first on destruction.
+  // Owns a TimerQueue thread for join deadlines, stopped first on destruction. `clock` must
+  // outlive the registry.
   JobRegistry(KvStore* kv, const Clock* clock, RegistryOptions options);
   ~JobRegistry();
   JobRegistry(const JobRegistry&) = delete;
@@ -54,7 +50,7 @@ class JobRegistry {
   absl::Status Recover();
 
   // Joins; `done` runs exactly once: at once on bad input, when the job forms, or with
-  // DEADLINE_EXCEEDED at `deadline`.
+  // DEADLINE_EXCEEDED at `deadline` (a time of the registry's Clock).
   void Join(JoinArgs args, absl::Time deadline, JoinCallback done);
   absl::StatusOr<v1::PlanInputs> GetPlan(const std::string& job_id);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
@@ -83,10 +79,19 @@ class JobRegistry {
   absl::Duration lease_ttl() const { return options_.lease_ttl; }
 
  private:
+  using Deferred = std::vector<std::function<void()>>;
+
   std::shared_ptr<Job> Find(const std::string& job_id) const;
+  std::shared_ptr<Job> FindOrCreate(const std::string& job_id);
+  std::vector<std::shared_ptr<Job>> AllJobs() const;
+
+  // Applies an AwaitFormation decision: the join enters its rank and waits.
+  void Enter(const std::shared_ptr<Job>& job, JoinArgs args, const AwaitFormation& decision,
+             absl::Time deadline, JoinCallback done, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mu);
   void JoinTimedOut(const std::shared_ptr<Job>& job, int64_t rank, int64_t ticket);
 
-  void StartFormation(const std::shared_ptr<Job>& job, std::vector<std::function<void()>>& deferred)
+  void StartFormation(const std::shared_ptr<Job>& job, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mu);
   void FinishFormation(const std::shared_ptr<Job>& job, absl::Status committed,
                        v1::PlanInputs inputs, std::shared_ptr<const plan::ShardPlan> plan);
@@ -95,7 +100,7 @@ class JobRegistry {
   const Clock* const clock_;
   const RegistryOptions options_;
 
-  mutable absl::Mutex jobs_mu_;
+  mutable Mutex jobs_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(jobs_mu_);
   int64_t next_watch_id_ ABSL_GUARDED_BY(jobs_mu_) = 1;
 
@@ -105,9 +110,6 @@ class JobRegistry {
 
 // NOT_FOUND for an unknown job, worded the same by every call.
 absl::Status JobNotFound(const std::string& job_id);
-
-// Checks a job id: 1-128 characters from [A-Za-z0-9._-].
-absl::Status ValidateJobId(const std::string& job_id);
 
 }  // namespace zerod::server
 

@@ -1,12 +1,14 @@
 // JobRegistry's read-only views for the Inspect service.
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "server/job_registry.h"
 
 namespace zerod::server {
 namespace {
 
-v1::JobSummary Summarize(const Job& job) ABSL_SHARED_LOCKS_REQUIRED(job.mu) {
+v1::JobSummary Summarize(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
   v1::JobSummary s;
   s.set_job_id(job.id);
   s.set_state(job.state);
@@ -25,14 +27,9 @@ v1::JobSummary Summarize(const Job& job) ABSL_SHARED_LOCKS_REQUIRED(job.mu) {
 }  // namespace
 
 std::vector<v1::JobSummary> JobRegistry::ListJobs() const {
-  std::vector<std::shared_ptr<Job>> jobs;
-  {
-    absl::ReaderMutexLock lock(&jobs_mu_);
-    for (const auto& [id, job] : jobs_) jobs.push_back(job);
-  }
   std::vector<v1::JobSummary> out;
-  for (const std::shared_ptr<Job>& job : jobs) {
-    absl::MutexLock lock(&job->mu);
+  for (const std::shared_ptr<Job>& job : AllJobs()) {
+    MutexLock lock(&job->mu);
     if (job->world_size == 0) continue;  // created by a join that was refused
     out.push_back(Summarize(*job));
   }
@@ -45,7 +42,7 @@ std::vector<v1::JobSummary> JobRegistry::ListJobs() const {
 absl::StatusOr<v1::JobDescription> JobRegistry::Describe(const std::string& job_id) const {
   std::shared_ptr<Job> job = Find(job_id);
   if (!job) return JobNotFound(job_id);
-  absl::MutexLock lock(&job->mu);
+  MutexLock lock(&job->mu);
   v1::JobDescription d;
   *d.mutable_summary() = Summarize(*job);
   for (int64_t r = 0; r < job->world_size; ++r) {
@@ -81,10 +78,10 @@ absl::StatusOr<std::shared_ptr<const plan::ShardPlan>> JobRegistry::ShardPlanOf(
     const std::string& job_id) const {
   std::shared_ptr<Job> job = Find(job_id);
   if (!job) return JobNotFound(job_id);
-  absl::MutexLock lock(&job->mu);
+  MutexLock lock(&job->mu);
   if (!job->shard_plan) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id,
-                                                      " has no plan yet: ", job->live_members,
+                                                      " has no plan yet: ", job->slots.live(),
                                                       " of ", job->world_size, " ranks joined"));
   }
   return job->shard_plan;

@@ -1,35 +1,24 @@
 #ifndef ZEROD_SERVER_STORE_SERVICE_H_
 #define ZEROD_SERVER_STORE_SERVICE_H_
 
-// The Store gRPC service: per-job keys in the KvStore under jobs/<job>/kv/. Blocking reads,
-// waits and barriers register a waiter that a KvStore watch (or a timer) completes: no thread is
-// held while a rank waits.
+// The Store gRPC service: translates calls into JobStore operations (job_store.h), which keep
+// each job's keys under jobs/<job>/kv/. Waiting calls (blocking get, wait, barrier) hold no
+// thread, and reactor methods never block.
 
-#include <map>
 #include <memory>
-#include <set>
-#include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "server/clock.h"
 #include "server/job_registry.h"
+#include "server/job_store.h"
 #include "server/state/kv_store.h"
-#include "server/timer_queue.h"
 #include "zerod/v1/store.grpc.pb.h"
 
 namespace zerod::server {
 
-struct StoreLimits {
-  int64_t max_key_bytes = 1024;
-  int64_t max_value_bytes = 4 << 20;
-  absl::Duration longest_wait = absl::Hours(1);
-};
-
 class StoreService final : public v1::Store::CallbackService {
  public:
-  StoreService(KvStore* kv, const JobRegistry* registry, StoreLimits limits);
-  ~StoreService() override;
+  // Jobs use their Store once they exist in `registry`. Owns a JobStore (and its timer thread).
+  StoreService(KvStore* kv, const Clock* clock, const JobRegistry* registry, StoreLimits limits);
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context, const v1::SetRequest* request,
                                 v1::SetResponse* response) override;
@@ -51,35 +40,10 @@ class StoreService final : public v1::Store::CallbackService {
                                     v1::BarrierResponse* response) override;
 
   // Completes every waiting call with UNAVAILABLE (daemon shutdown).
-  void Shutdown();
-
-  struct Waiter;
+  void Shutdown() { store_.Shutdown(); }
 
  private:
-  absl::Status CheckJobAndKey(const std::string& job_id, const std::string& key) const;
-  // Registers `waiter` for `keys` (full KvStore keys), then completes it if they already exist.
-  void AwaitKeys(const std::shared_ptr<Waiter>& waiter, std::vector<std::string> keys,
-                 absl::Time deadline);
-  void TimedOut(const std::shared_ptr<Waiter>& waiter);
-  void OnCommitted(const std::vector<KvEvent>& events);
-
-  KvStore* const kv_;
-  const JobRegistry* const registry_;
-  const StoreLimits limits_;
-  int64_t watch_id_ = 0;
-
-  absl::Mutex mu_;
-  // Waiters by the full key they still miss.
-  std::multimap<std::string, std::shared_ptr<Waiter>> by_key_ ABSL_GUARDED_BY(mu_);
-  // Barrier waiters by barrier prefix, with the participants seen so far.
-  struct BarrierState {
-    std::set<std::string> arrived;
-    std::vector<std::pair<int64_t, std::shared_ptr<Waiter>>> waiters;  // (count, waiter)
-  };
-  absl::flat_hash_map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
-
-  // Last: destroyed first, so no timer runs against a half-destroyed service.
-  TimerQueue timers_;
+  JobStore store_;
 };
 
 }  // namespace zerod::server

@@ -6,42 +6,67 @@
 
 namespace zerod::server {
 
-TimerQueue::TimerQueue() : thread_([this] { Loop(); }) {}
+TimerQueue::TimerQueue(const Clock* clock) : clock_(clock), thread_([this] { Loop(); }) {
+  observer_id_ = clock_->AddJumpObserver([this] { OnClockJump(); });
+}
 
 TimerQueue::~TimerQueue() {
+  // First, so that no Advance() waits on a loop that is gone.
+  clock_->RemoveJumpObserver(observer_id_);
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   thread_.join();
 }
 
 void TimerQueue::Schedule(absl::Time deadline, std::function<void()> callback) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   timers_.emplace(deadline, std::move(callback));
+  ++scheduled_;
+}
+
+void TimerQueue::OnClockJump() {
+  int64_t jump = 0;
+  {
+    // Released before waiting: a release is what makes the loop look again.
+    MutexLock lock(&mu_);
+    jump = ++jumps_;
+  }
+  MutexLock lock(&mu_);
+  mu_.Await([this, jump]()
+                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || caught_up_ >= jump; });
 }
 
 void TimerQueue::Loop() {
-  absl::MutexLock lock(&mu_);
-  while (!stopping_) {
-    const absl::Time now = absl::Now();
-    if (!timers_.empty() && timers_.begin()->first <= now) {
-      std::function<void()> callback = std::move(timers_.begin()->second);
-      timers_.erase(timers_.begin());
-      mu_.Unlock();
-      callback();
-      mu_.Lock();
-      continue;
+  for (;;) {
+    std::function<void()> callback;
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) return;
+      // Read before Now(): the time read is then at least that of the last jump counted.
+      const int64_t jumps = jumps_;
+      const absl::Time now = clock_->Now();
+      if (!timers_.empty() && timers_.begin()->first <= now) {
+        callback = std::move(timers_.extract(timers_.begin()).mapped());
+      } else if (caught_up_ != jumps) {
+        // Published by this scope's release, which wakes OnClockJump.
+        caught_up_ = jumps;
+        continue;
+      } else {
+        const int64_t scheduled = scheduled_;
+        // Real time to wait: a FakeClock's deadlines are reached by jumps, not by waiting.
+        const absl::Time wake =
+            timers_.empty() ? absl::InfiniteFuture() : absl::Now() + (timers_.begin()->first - now);
+        mu_.AwaitWithDeadline(
+            [this, scheduled, jumps]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+              return stopping_ || scheduled_ != scheduled || jumps_ != jumps;
+            },
+            wake);
+        continue;
+      }
     }
-    const absl::Time wake =
-        timers_.empty() ? now + absl::Milliseconds(200) : timers_.begin()->first;
-    // Wakes at the earliest deadline, when a new timer is added, or when stopping.
-    const size_t count = timers_.size();
-    auto changed = [this, count, wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || timers_.size() != count ||
-             (!timers_.empty() && timers_.begin()->first < wake);
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&changed), wake);
+    callback();
   }
 }
 

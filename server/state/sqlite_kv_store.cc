@@ -79,7 +79,7 @@ SqliteKvStore::SqliteKvStore(sqlite3* db) : db_(db) {}
 
 SqliteKvStore::~SqliteKvStore() {
   {
-    absl::MutexLock lock(&queue_mu_);
+    MutexLock lock(&queue_mu_);
     stopping_ = true;
   }
   if (writer_.joinable()) writer_.join();
@@ -87,7 +87,7 @@ SqliteKvStore::~SqliteKvStore() {
 }
 
 absl::Status SqliteKvStore::Load() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto rows = Prepare(db_, "SELECT key, value, create_rev, mod_rev, version FROM kv");
   if (!rows.ok()) return rows.status();
   int rc;
@@ -107,14 +107,14 @@ absl::Status SqliteKvStore::Load() {
 }
 
 std::optional<KeyValue> SqliteKvStore::Get(const std::string& key) const {
-  absl::ReaderMutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = data_.find(key);
   if (it == data_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<KeyValue> SqliteKvStore::Range(const std::string& prefix) const {
-  absl::ReaderMutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<KeyValue> out;
   for (auto it = data_.lower_bound(prefix);
        it != data_.end() && absl::StartsWith(it->first, prefix); ++it) {
@@ -124,28 +124,31 @@ std::vector<KeyValue> SqliteKvStore::Range(const std::string& prefix) const {
 }
 
 int64_t SqliteKvStore::revision() const {
-  absl::ReaderMutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return revision_;
 }
 
 void SqliteKvStore::Commit(std::vector<KvOp> ops, CommitCallback done) {
-  absl::MutexLock lock(&queue_mu_);
-  if (stopping_) {
-    done(absl::UnavailableError("state store is shutting down"));
-    return;
+  {
+    MutexLock lock(&queue_mu_);
+    if (!stopping_) {
+      queue_.push_back({std::move(ops), std::move(done)});
+      return;
+    }
   }
-  queue_.push_back({std::move(ops), std::move(done)});
+  // Outside the lock: `done` may commit again.
+  done(absl::UnavailableError("state store is shutting down"));
 }
 
 int64_t SqliteKvStore::Watch(const std::string& prefix, WatchCallback callback) {
-  absl::MutexLock lock(&watch_mu_);
+  MutexLock lock(&watch_mu_);
   const int64_t id = next_watch_id_++;
   watchers_.emplace(id, Watcher{prefix, std::move(callback)});
   return id;
 }
 
 void SqliteKvStore::Unwatch(int64_t id) {
-  absl::MutexLock lock(&watch_mu_);
+  MutexLock lock(&watch_mu_);
   watchers_.erase(id);
 }
 
@@ -153,12 +156,10 @@ void SqliteKvStore::WriterLoop() {
   for (;;) {
     std::vector<Pending> batch;
     {
-      absl::MutexLock lock(&queue_mu_);
-      queue_mu_.Await(absl::Condition(
-          +[](SqliteKvStore* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->queue_mu_) {
-            return s->stopping_ || !s->queue_.empty();
-          },
-          this));
+      MutexLock lock(&queue_mu_);
+      queue_mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+        return stopping_ || !queue_.empty();
+      });
       if (queue_.empty()) return;  // stopping, and everything queued was written
       const size_t n = std::min(queue_.size(), kMaxBatch);
       batch.assign(std::make_move_iterator(queue_.begin()),
@@ -309,7 +310,7 @@ void SqliteKvStore::ProcessBatch(std::vector<Pending> batch) {
 
   if (written.ok() && !staged.empty()) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       for (auto& [key, entry] : staged) {
         if (entry) {
           data_[key] = std::move(*entry);
@@ -319,7 +320,7 @@ void SqliteKvStore::ProcessBatch(std::vector<Pending> batch) {
       }
       revision_ = revision;
     }
-    absl::MutexLock lock(&watch_mu_);
+    MutexLock lock(&watch_mu_);
     for (const auto& [id, watcher] : watchers_) {
       std::vector<KvEvent> mine;
       for (const KvEvent& e : events) {

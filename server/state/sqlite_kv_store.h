@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "runtime/common/mutex.h"
 #include "server/state/kv_store.h"
 
 struct sqlite3;
@@ -61,15 +61,15 @@ class SqliteKvStore final : public KvStore {
 
   sqlite3* const db_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, KeyValue> data_ ABSL_GUARDED_BY(mu_);
   int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
 
-  absl::Mutex queue_mu_;
+  Mutex queue_mu_;
   std::vector<Pending> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
 
-  absl::Mutex watch_mu_;
+  Mutex watch_mu_;
   std::map<int64_t, Watcher> watchers_ ABSL_GUARDED_BY(watch_mu_);
   int64_t next_watch_id_ ABSL_GUARDED_BY(watch_mu_) = 1;
 

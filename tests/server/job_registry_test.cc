@@ -57,7 +57,7 @@ class RegistryTest : public ::testing::Test {
                                                absl::Duration wait = absl::Seconds(30)) {
     auto promise = std::make_shared<std::promise<absl::StatusOr<JoinResult>>>();
     auto future = promise->get_future();
-    registry_->Join(std::move(args), absl::Now() + wait,
+    registry_->Join(std::move(args), clock_.Now() + wait,
                     [promise](absl::StatusOr<JoinResult> r) { promise->set_value(std::move(r)); });
     return future;
   }
@@ -84,7 +84,8 @@ class RegistryTest : public ::testing::Test {
 
 TEST_F(RegistryTest, EveryRankGetsTheSamePlanWhenTheJobCompletes) {
   auto first = Join(Args(0, 3));
-  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+  // Nothing but the other joins can answer it, so a look now is enough.
+  EXPECT_EQ(first.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
       << "join must wait for the job to complete";
   auto second = Join(Args(-1, 3));  // any rank
   auto third = Join(Args(2, 3));
@@ -154,9 +155,67 @@ TEST_F(RegistryTest, APlanOverBudgetFailsTheJoinsAndSaysWhatFits) {
 }
 
 TEST_F(RegistryTest, JoinDeadlineNamesTheMissingRanks) {
-  auto r = Join(Args(0, 3), absl::Milliseconds(50)).get();
+  auto waiting = Join(Args(0, 3), absl::Seconds(50));
+  clock_.Advance(absl::Seconds(49));
+  EXPECT_EQ(waiting.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  clock_.Advance(absl::Seconds(1));  // returns once the deadline's timer has run
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  auto r = waiting.get();
   ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("missing: 1, 2"));
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("job llama: rank 0 waited until its deadline; 1 of 3 ranks joined "
+                        "(missing: 1, 2)"));
+  // Its rank is free again.
+  EXPECT_EQ(Form(3).size(), 3u);
+}
+
+TEST_F(RegistryTest, ARetryOfAWaitingJoinSupersedesIt) {
+  auto first = Join(Args(0, 2), absl::Seconds(10));
+  auto retry = Join(Args(0, 2), absl::Seconds(30));
+  auto superseded = first.get();
+  EXPECT_EQ(superseded.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(superseded.status().message()), HasSubstr("superseded"));
+  // The first join's deadline passes: it no longer concerns the rank, which the retry holds.
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(retry.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  ASSERT_TRUE(Join(Args(1, 2)).get().ok());
+  auto r = retry.get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->rank, 0);
+}
+
+TEST_F(RegistryTest, ARankLeavingBeforeTheJobFormsFreesItsRank) {
+  auto waiting = Join(Args(-1, 2));
+  std::promise<absl::StatusOr<int64_t>> left;
+  registry_->Leave("llama", 0, [&](absl::StatusOr<int64_t> g) { left.set_value(g); });
+  ASSERT_TRUE(left.get_future().get().ok());
+  EXPECT_EQ(waiting.get().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(Form(2).size(), 2u);
+}
+
+TEST_F(RegistryTest, AnswersRunOutsideTheJobLock) {
+  // Each answer calls back into the registry, which takes the job's lock: under it, they would
+  // deadlock.
+  ASSERT_EQ(Form(2).size(), 2u);
+  std::promise<absl::StatusCode> refused_leave;
+  registry_->Leave("llama", 7, [&](absl::StatusOr<int64_t> g) {
+    (void)registry_->Describe("llama");
+    refused_leave.set_value(g.status().code());
+  });
+  EXPECT_EQ(refused_leave.get_future().get(), absl::StatusCode::kFailedPrecondition);
+  std::promise<absl::StatusCode> refused_join;
+  registry_->Join(Args(0, 2, "elsewhere"), clock_.Now() + absl::Seconds(1),
+                  [&](absl::StatusOr<JoinResult> r) {
+                    (void)registry_->Describe("llama");
+                    refused_join.set_value(r.status().code());
+                  });
+  EXPECT_EQ(refused_join.get_future().get(), absl::StatusCode::kAlreadyExists);
+  std::promise<int64_t> left;
+  registry_->Leave("llama", 1, [&](absl::StatusOr<int64_t> g) {
+    (void)registry_->Describe("llama");
+    left.set_value(*g);
+  });
+  EXPECT_EQ(left.get_future().get(), 2);
 }
 
 TEST_F(RegistryTest, ExpiredLeaseMarksTheRankLostAndMovesTheGeneration) {

@@ -1,9 +1,8 @@
 #include "server/state/sqlite_kv_store.h"
 
-#include <atomic>
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/common/mutex.h"
 #include "tests/util/subprocess.h"
 
 namespace zerod::server {
@@ -80,16 +79,16 @@ TEST(SqliteKvStore, WatchSeesCommittedChangesUnderItsPrefix) {
   testing::TempDir dir;
   auto kv = Open(dir.path());
   std::vector<KvEvent> seen;
-  absl::Mutex mu;
+  Mutex mu;
   const int64_t id = kv->Watch("jobs/", [&](const std::vector<KvEvent>& events) {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     seen.insert(seen.end(), events.begin(), events.end());
   });
   ASSERT_TRUE(kv->CommitSync({KvOp::Put("jobs/a", "1"), KvOp::Put("other", "2")}).ok());
   ASSERT_TRUE(kv->CommitSync({KvOp::Delete("jobs/a")}).ok());
   kv->Unwatch(id);
   ASSERT_TRUE(kv->CommitSync({KvOp::Put("jobs/b", "3")}).ok());
-  absl::MutexLock lock(&mu);
+  MutexLock lock(&mu);
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[0].key, "jobs/a");
   EXPECT_EQ(*seen[0].value, "1");
@@ -99,14 +98,19 @@ TEST(SqliteKvStore, WatchSeesCommittedChangesUnderItsPrefix) {
 TEST(SqliteKvStore, ConcurrentCommitsAreAllApplied) {
   testing::TempDir dir;
   auto kv = Open(dir.path());
-  std::atomic<int> done{0};
+  Mutex mu;
+  int done = 0;
   for (int i = 0; i < 500; ++i) {
     kv->Commit({KvOp::Add("counter", 1)}, [&](absl::StatusOr<CommitResult> r) {
       EXPECT_TRUE(r.ok());
+      MutexLock lock(&mu);
       ++done;
     });
   }
-  while (done < 500) absl::SleepFor(absl::Milliseconds(1));
+  {
+    MutexLock lock(&mu);
+    mu.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == 500; });
+  }
   EXPECT_EQ(kv->Get("counter")->value, "500");
 }
 

@@ -1,0 +1,26 @@
+#include "server/job.h"
+
+namespace zerod::server {
+
+bool IsLive(const Member& member) {
+  return member.state == v1::MEMBER_ACTIVE || member.state == v1::MEMBER_JOINING;
+}
+
+bool IsLive(const std::optional<Member>& member) { return member.has_value() && IsLive(*member); }
+
+const char* MemberStateName(v1::MemberState state) {
+  switch (state) {
+    case v1::MEMBER_JOINING:
+      return "joining";
+    case v1::MEMBER_ACTIVE:
+      return "active";
+    case v1::MEMBER_LOST:
+      return "lost";
+    case v1::MEMBER_LEFT:
+      return "left";
+    default:
+      return "unknown";
+  }
+}
+
+}  // namespace zerod::server

@@ -1,0 +1,194 @@
+#include "server/job_store.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/job_records.h"
+
+namespace zerod::server {
+namespace {
+
+// Barrier participants are keys under <job store>/__barrier/<name>/.
+constexpr char kBarrierKeyPrefix[] = "__barrier/";
+
+std::string FullKey(const std::string& job_id, const std::string& key) {
+  return StoreKeyPrefix(job_id) + key;
+}
+
+// The commit of one op, answered as `done` expects.
+template <class T, class F>
+KvStore::CommitCallback OneOp(JobStore::Done<T> done, F answer) {
+  return [done = std::move(done), answer](absl::StatusOr<CommitResult> r) {
+    if (!r.ok()) return done(r.status());
+    done(answer(*r));
+  };
+}
+
+}  // namespace
+
+JobStore::JobStore(KvStore* kv, const Clock* clock, JobExists job_exists, StoreLimits limits)
+    : kv_(kv),
+      clock_(clock),
+      job_exists_(std::move(job_exists)),
+      limits_(limits),
+      waits_(kv, clock, "jobs/") {}
+
+JobStore::~JobStore() {
+  MutexLock lock(&mu_);
+  mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return commits_in_flight_ == 0; });
+}
+
+void JobStore::Commit(std::vector<KvOp> ops, KvStore::CommitCallback done) {
+  {
+    MutexLock lock(&mu_);
+    ++commits_in_flight_;
+  }
+  kv_->Commit(std::move(ops), [this, done = std::move(done)](absl::StatusOr<CommitResult> r) {
+    done(std::move(r));
+    // Last: once the count drops, the destructor may run.
+    MutexLock lock(&mu_);
+    --commits_in_flight_;
+  });
+}
+
+absl::Status JobStore::CheckJobAndKey(const std::string& job_id, const std::string& key) const {
+  if (!job_exists_(job_id)) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " not found (join it first)"));
+  }
+  if (key.empty()) return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": empty key"));
+  if (static_cast<int64_t>(key.size()) > limits_.max_key_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": key '", key.substr(0, 32),
+                                                   "...' is ", key.size(), " bytes, over ",
+                                                   limits_.max_key_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Time JobStore::Deadline(const WaitLimit& limit) const {
+  const absl::Duration timeout =
+      std::clamp(limit.timeout, absl::ZeroDuration(), limits_.longest_wait);
+  return std::min(clock_->Now() + timeout, limit.call_deadline);
+}
+
+void JobStore::Set(const std::string& job_id, const std::string& key, std::string value,
+                   Done<int64_t> done) {
+  if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return done(s);
+  if (static_cast<int64_t>(value.size()) > limits_.max_value_bytes) {
+    return done(absl::ResourceExhaustedError(
+        absl::StrCat("job ", job_id, ": value for key '", key, "' is ", value.size(),
+                     " bytes, over the limit of ", limits_.max_value_bytes)));
+  }
+  Commit({KvOp::Put(FullKey(job_id, key), std::move(value))},
+         OneOp<int64_t>(std::move(done), [](const CommitResult& r) { return r.revision; }));
+}
+
+void JobStore::Get(const std::string& job_id, const std::string& key, WaitLimit limit,
+                   Done<KeyValue> done) {
+  if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return done(s);
+  const std::string full_key = FullKey(job_id, key);
+  if (std::optional<KeyValue> kv = kv_->Get(full_key); kv.has_value()) return done(*std::move(kv));
+  if (limit.timeout <= absl::ZeroDuration()) {
+    return done(absl::NotFoundError(absl::StrCat("job ", job_id, ": key '", key, "' is not set")));
+  }
+  auto waiter = std::make_shared<StoreWaiter>([this, done = std::move(done), full_key, job_id, key,
+                                               timeout = limit.timeout](absl::Status s) {
+    if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+      return done(absl::DeadlineExceededError(
+          absl::StrCat("job ", job_id, ": key '", key, "' was not set within ",
+                       absl::ToInt64Milliseconds(timeout), " ms")));
+    }
+    if (!s.ok()) return done(s);
+    std::optional<KeyValue> kv = kv_->Get(full_key);
+    if (!kv.has_value()) {
+      return done(absl::NotFoundError(
+          absl::StrCat("job ", job_id, ": key '", key, "' was deleted right after it was set")));
+    }
+    done(*std::move(kv));
+  });
+  waits_.AwaitKeys(waiter, {full_key}, Deadline(limit));
+}
+
+void JobStore::Add(const std::string& job_id, const std::string& key, int64_t delta,
+                   Done<int64_t> done) {
+  if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return done(s);
+  Commit({KvOp::Add(FullKey(job_id, key), delta)},
+         [done = std::move(done), job_id](absl::StatusOr<CommitResult> r) {
+           if (!r.ok()) {
+             return done(absl::Status(r.status().code(),
+                                      absl::StrCat("job ", job_id, ": ", r.status().message())));
+           }
+           int64_t value = 0;
+           // The store wrote this text from an integer.
+           (void)absl::SimpleAtoi(r->results[0].value.value_or("0"), &value);
+           done(value);
+         });
+}
+
+void JobStore::CompareSet(const std::string& job_id, const std::string& key,
+                          std::optional<std::string> expected, std::string desired,
+                          Done<CompareSetResult> done) {
+  if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return done(s);
+  Commit({KvOp::CompareAndSwap(FullKey(job_id, key), std::move(expected), std::move(desired))},
+         OneOp<CompareSetResult>(std::move(done), [](const CommitResult& r) {
+           return CompareSetResult{r.results[0].applied, r.results[0].value.value_or("")};
+         }));
+}
+
+void JobStore::Delete(const std::string& job_id, const std::string& key, Done<bool> done) {
+  if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return done(s);
+  Commit({KvOp::Delete(FullKey(job_id, key))},
+         OneOp<bool>(std::move(done), [](const CommitResult& r) { return r.results[0].applied; }));
+}
+
+void JobStore::Wait(const std::string& job_id, const std::vector<std::string>& keys,
+                    WaitLimit limit, std::function<void(absl::Status)> done) {
+  std::vector<std::string> full_keys;
+  for (const std::string& k : keys) {
+    if (absl::Status s = CheckJobAndKey(job_id, k); !s.ok()) return done(s);
+    full_keys.push_back(FullKey(job_id, k));
+  }
+  const std::string prefix = StoreKeyPrefix(job_id);
+  auto waiter =
+      std::make_shared<StoreWaiter>([done = std::move(done), job_id, prefix](absl::Status s) {
+        if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+          // Name the keys as the caller knows them.
+          std::string message(s.message());
+          for (size_t at; (at = message.find(prefix)) != std::string::npos;) {
+            message.erase(at, prefix.size());
+          }
+          s = absl::DeadlineExceededError(absl::StrCat("job ", job_id, ": ", message));
+        }
+        done(s);
+      });
+  waits_.AwaitKeys(waiter, full_keys, Deadline(limit));
+}
+
+void JobStore::Barrier(const std::string& job_id, const std::string& name, int64_t participant,
+                       int64_t count, WaitLimit limit, std::function<void(absl::Status)> done) {
+  if (absl::Status s = CheckJobAndKey(job_id, name); !s.ok()) return done(s);
+  if (count < 1 || name.find('/') != std::string::npos) {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("job ", job_id, ": barrier '", name,
+                     "' needs a count >= 1 and a name without '/', got count ", count)));
+  }
+  const std::string prefix = FullKey(job_id, absl::StrCat(kBarrierKeyPrefix, name, "/"));
+  auto waiter = std::make_shared<StoreWaiter>([done = std::move(done), job_id, name,
+                                               count](absl::Status s) {
+    if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+      s = absl::DeadlineExceededError(absl::StrCat(
+          "job ", job_id, ": barrier '", name, "' did not reach ", count, " participants in time"));
+    }
+    done(s);
+  });
+  // Arrive first, then wait: the participants counted then include this one.
+  Commit({KvOp::Put(prefix + absl::StrCat(participant), "1")},
+         [this, waiter, prefix, count, deadline = Deadline(limit)](absl::StatusOr<CommitResult> r) {
+           if (!r.ok()) return waiter->Complete(r.status());
+           waits_.AwaitBarrier(waiter, prefix, count, deadline);
+         });
+}
+
+}  // namespace zerod::server

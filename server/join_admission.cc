@@ -1,0 +1,118 @@
+#include "server/join_admission.h"
+
+#include "absl/strings/str_cat.h"
+#include "proto/plan_convert.h"
+#include "runtime/plan/digest.h"
+
+namespace zerod::server {
+namespace {
+
+constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
+
+std::string Short(absl::string_view digest) { return absl::StrCat(digest.substr(0, 8), ".."); }
+
+// "job J: rank R" (or "rank any"), the prefix of most refusals.
+std::string Who(const JoinArgs& args) {
+  return absl::StrCat("job ", args.job_id, ": rank ",
+                      args.rank < 0 ? "any" : absl::StrCat(args.rank));
+}
+
+// Why a job with live members cannot take this join at all, if it cannot.
+std::optional<absl::Status> Mismatch(const JobAdmissionView& job, const JoinArgs& args) {
+  if (args.world_size != job.world_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", args.job_id, " has world size ", job.world_size, "; rank ",
+        args.rank < 0 ? "any" : absl::StrCat(args.rank), " asked for ", args.world_size,
+        " (end the job, or let every rank leave, to re-form it with another size)"));
+  }
+  if (args.layout_digest != job.layout_digest) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(args), " layout digest ", Short(args.layout_digest), " differs from rank ",
+                     job.layout_digest_rank, " (", Short(job.layout_digest), ")"));
+  }
+  return std::nullopt;
+}
+
+// A join that names its rank, in a job whose world and layout it matches.
+JoinDecision DecideNamedRank(const JobAdmissionView& job, const JoinArgs& args) {
+  const Member* m = job.holder;
+  if (m == nullptr || !IsLive(*m)) return AwaitFormation{.rank = args.rank};
+  if (m->host != args.host || m->device != args.device) {
+    return RefuseJoin{absl::AlreadyExistsError(
+        absl::StrCat("job ", args.job_id, ": rank ", args.rank, " is held by host '", m->host,
+                     "' device '", m->device, "' (", MemberStateName(m->state), ")"))};
+  }
+  if (m->state == v1::MEMBER_JOINING) return AwaitFormation{.rank = args.rank, .supersede = true};
+  if (job.running) return AnswerAgain{.rank = args.rank};
+  // Active, but the job moved on (a rank was lost or left): this process must re-join through
+  // a new generation, not take its old answer.
+  return RefuseJoin{
+      absl::AlreadyExistsError(absl::StrCat("job ", args.job_id, ": rank ", args.rank,
+                                            " is already active in generation ", job.generation))};
+}
+
+}  // namespace
+
+absl::Status ValidateJobId(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job id is empty");
+  if (job_id.size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job id '", job_id.substr(0, 32), "...' is longer than 128 characters"));
+  }
+  for (char c : job_id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job id '", job_id, "' has a character outside [A-Za-z0-9._-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckJoinArgs(const JoinArgs& args) {
+  if (absl::Status s = ValidateJobId(args.job_id); !s.ok()) return s;
+  if (args.world_size < 1 || args.world_size > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(args), ": world size must be 1..",
+                                                   kMaxWorldSize, ", got ", args.world_size));
+  }
+  if (args.rank < -1 || args.rank >= args.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", args.job_id, ": rank ", args.rank,
+                                                   " is out of range for world size ",
+                                                   args.world_size));
+  }
+  if (args.layout_digest.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(args), ": no layout digest"));
+  }
+  if (!args.layout.empty()) {
+    google::protobuf::RepeatedPtrField<v1::TensorSpec> wire(args.layout.begin(), args.layout.end());
+    const std::string actual = plan::DigestHex(plan::LayoutDigest(rpc::FromProto(wire)));
+    if (actual != args.layout_digest) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(args), ": layout digest ",
+                                                     args.layout_digest,
+                                                     " does not match its layout (", actual, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+JoinDecision DecideJoin(const JobAdmissionView& job, const JoinArgs& args) {
+  if (job.forming) {
+    return RefuseJoin{
+        absl::UnavailableError(absl::StrCat("job ", args.job_id, " is storing its plan; retry"))};
+  }
+  if (job.live_members == 0) {
+    // Whatever the job was, nobody holds it: this join re-forms it, and every rank is free.
+    return AwaitFormation{.rank = args.rank < 0 ? 0 : args.rank, .reform = true};
+  }
+  if (std::optional<absl::Status> refused = Mismatch(job, args)) return RefuseJoin{*refused};
+  if (args.rank >= 0) return DecideNamedRank(job, args);
+  if (!job.lowest_free_rank.has_value()) {
+    return RefuseJoin{
+        absl::AlreadyExistsError(absl::StrCat("job ", args.job_id, " is full: ", job.live_members,
+                                              " of ", job.world_size, " ranks are live"))};
+  }
+  return AwaitFormation{.rank = *job.lowest_free_rank};
+}
+
+}  // namespace zerod::server

@@ -1,0 +1,78 @@
+#ifndef ZEROD_SERVER_JOIN_ADMISSION_H_
+#define ZEROD_SERVER_JOIN_ADMISSION_H_
+
+// Join admission: whether a join may enter its job and how, decided from the join's arguments and
+// a view of the job alone (no I/O, no locks), so that every rule has its own test. JobRegistry
+// takes the view and applies the decision under the job's lock.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "server/job.h"
+#include "zerod/v1/plan.pb.h"
+
+namespace zerod::server {
+
+struct JoinArgs {
+  std::string job_id;
+  int64_t world_size = 0;
+  int64_t rank = -1;  // -1: any free rank
+  std::string host;
+  std::string device;
+  int64_t budget_bytes = 0;  // 0: unbounded
+  std::vector<v1::TensorSpec> layout;
+  std::string layout_digest;
+  v1::PlanOptions options;
+};
+
+// Checks a job id: 1-128 characters from [A-Za-z0-9._-].
+absl::Status ValidateJobId(const std::string& job_id);
+
+// Checks what a join says on its own, before any job is looked at: the job id, the world size
+// (1..2^24), the rank, and that the layout (when sent) has the digest the join claims.
+absl::Status CheckJoinArgs(const JoinArgs& args);
+
+// The job as admission sees it. Copies nothing per rank: a join looks at one rank at most.
+struct JobAdmissionView {
+  absl::string_view job_id;
+  bool forming = false;  // the plan of a formation is being stored
+  int64_t live_members = 0;
+  int64_t world_size = 0;
+  int64_t generation = 0;
+  bool running = false;  // formed: it has a plan and is RUNNING
+  absl::string_view layout_digest;
+  int64_t layout_digest_rank = -1;
+  const Member* holder = nullptr;  // the member recorded at the join's rank, if it names one
+  std::optional<int64_t> lowest_free_rank;
+};
+
+// Refuse the join with `status`.
+struct RefuseJoin {
+  absl::Status status;
+};
+// The rank is active in the running job and the same process asks again: its answer was lost
+// (a daemon restart). Answer it as at formation.
+struct AnswerAgain {
+  int64_t rank = 0;
+};
+// Enter `rank` and wait for the job to form.
+struct AwaitFormation {
+  int64_t rank = 0;
+  // Nobody is live: the job re-forms with this join's world size, layout and options.
+  bool reform = false;
+  // The same process already waits at `rank` (a retry): this join replaces that one.
+  bool supersede = false;
+};
+using JoinDecision = std::variant<RefuseJoin, AnswerAgain, AwaitFormation>;
+
+// Decides a join whose arguments passed CheckJoinArgs.
+JoinDecision DecideJoin(const JobAdmissionView& job, const JoinArgs& args);
+
+}  // namespace zerod::server
+
+#endif  // ZEROD_SERVER_JOIN_ADMISSION_H_

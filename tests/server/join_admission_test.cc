@@ -1,0 +1,233 @@
+// Join admission: every check of a join's arguments and every decision, from plain values.
+
+#include "server/join_admission.h"
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/plan_convert.h"
+#include "runtime/plan/digest.h"
+#include "runtime/plan/synthetic_layout.h"
+
+namespace zerod::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<v1::TensorSpec> Layout(int64_t params) {
+  google::protobuf::RepeatedPtrField<v1::TensorSpec> wire;
+  rpc::ToProto(plan::SyntheticLayout(params, DType::kBFloat16, 4), &wire);
+  return {wire.begin(), wire.end()};
+}
+
+std::string DigestOf(const std::vector<v1::TensorSpec>& layout) {
+  google::protobuf::RepeatedPtrField<v1::TensorSpec> wire(layout.begin(), layout.end());
+  return plan::DigestHex(plan::LayoutDigest(rpc::FromProto(wire)));
+}
+
+JoinArgs Args(int64_t rank, int64_t world = 4) {
+  JoinArgs a;
+  a.job_id = "llama";
+  a.world_size = world;
+  a.rank = rank;
+  a.host = "host" + std::to_string(rank);
+  a.device = "cuda:0";
+  a.layout = Layout(1 << 16);
+  a.layout_digest = DigestOf(a.layout);
+  return a;
+}
+
+// A job of 4 ranks formed by Args(): `live` ranks live, the next free one `lowest_free`.
+JobAdmissionView Job(int64_t live, std::optional<int64_t> lowest_free) {
+  static const std::string digest = DigestOf(Layout(1 << 16));
+  JobAdmissionView v;
+  v.job_id = "llama";
+  v.live_members = live;
+  v.world_size = 4;
+  v.generation = 3;
+  v.layout_digest = digest;
+  v.layout_digest_rank = 0;
+  v.lowest_free_rank = lowest_free;
+  return v;
+}
+
+Member Holder(const JoinArgs& args, v1::MemberState state) {
+  Member m;
+  m.state = state;
+  m.host = args.host;
+  m.device = args.device;
+  return m;
+}
+
+absl::Status Refusal(const JoinDecision& d) {
+  const auto* refuse = std::get_if<RefuseJoin>(&d);
+  return refuse == nullptr ? absl::OkStatus() : refuse->status;
+}
+
+void ExpectAwait(const JoinDecision& d, int64_t rank, bool reform, bool supersede) {
+  const auto* await = std::get_if<AwaitFormation>(&d);
+  ASSERT_NE(await, nullptr) << "refused: " << Refusal(d);
+  EXPECT_EQ(await->rank, rank);
+  EXPECT_EQ(await->reform, reform);
+  EXPECT_EQ(await->supersede, supersede);
+}
+
+TEST(CheckJoinArgs, AcceptsAJoinWithOrWithoutItsLayout) {
+  EXPECT_TRUE(CheckJoinArgs(Args(0)).ok());
+  JoinArgs digest_only = Args(-1);
+  digest_only.layout.clear();
+  EXPECT_TRUE(CheckJoinArgs(digest_only).ok());
+}
+
+TEST(CheckJoinArgs, RefusesBadJobIds) {
+  for (const std::string& id : std::vector<std::string>{"", std::string(129, 'a'), "a/b", "a b"}) {
+    JoinArgs a = Args(0);
+    a.job_id = id;
+    EXPECT_EQ(CheckJoinArgs(a).code(), absl::StatusCode::kInvalidArgument) << "'" << id << "'";
+  }
+  EXPECT_TRUE(ValidateJobId("Llama-7b_v2.1").ok());
+}
+
+TEST(CheckJoinArgs, RefusesWorldSizesOutOfRange) {
+  for (int64_t world : {int64_t{0}, int64_t{-3}, (int64_t{1} << 24) + 1}) {
+    JoinArgs a = Args(-1);
+    a.world_size = world;
+    const absl::Status s = CheckJoinArgs(a);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << world;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat("got ", world)));
+  }
+}
+
+TEST(CheckJoinArgs, RefusesRanksOutsideTheWorld) {
+  for (int64_t rank : {int64_t{-2}, int64_t{4}}) {
+    const absl::Status s = CheckJoinArgs(Args(rank));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(absl::StrCat("rank ", rank, " is out of range for world size 4")));
+  }
+}
+
+TEST(CheckJoinArgs, RefusesAMissingOrFalseLayoutDigest) {
+  JoinArgs none = Args(1);
+  none.layout_digest.clear();
+  EXPECT_THAT(std::string(CheckJoinArgs(none).message()), HasSubstr("rank 1: no layout digest"));
+  JoinArgs lying = Args(1);
+  lying.layout_digest = "00000000deadbeef";
+  const absl::Status s = CheckJoinArgs(lying);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("layout digest 00000000deadbeef does not match its layout (" +
+                        DigestOf(lying.layout) + ")"));
+}
+
+TEST(DecideJoin, AJobStoringItsPlanAsksForARetry) {
+  JobAdmissionView job = Job(4, std::nullopt);
+  job.forming = true;
+  const absl::Status s = Refusal(DecideJoin(job, Args(1)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("job llama is storing its plan; retry"));
+}
+
+TEST(DecideJoin, ANamedRankOfAJobNobodyHoldsReformsIt) {
+  // World size and layout differ from the old job's: nobody is left to disagree.
+  JoinArgs a = Args(5, 8);
+  a.layout = Layout(1 << 18);
+  a.layout_digest = DigestOf(a.layout);
+  ExpectAwait(DecideJoin(Job(0, 0), a), 5, /*reform=*/true, /*supersede=*/false);
+}
+
+TEST(DecideJoin, AnyRankOfAJobNobodyHoldsGetsRankZero) {
+  // The old job's free ranks do not matter: it starts afresh.
+  ExpectAwait(DecideJoin(Job(0, 3), Args(-1)), 0, /*reform=*/true, /*supersede=*/false);
+}
+
+TEST(DecideJoin, AnotherWorldSizeIsRefusedWhileRanksAreLive) {
+  const absl::Status s = Refusal(DecideJoin(Job(2, 2), Args(-1, 8)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("job llama has world size 4; rank any asked for 8"));
+}
+
+TEST(DecideJoin, AnotherLayoutIsRefusedNamingBothRanks) {
+  JoinArgs a = Args(2);
+  a.layout = Layout(1 << 18);
+  a.layout_digest = DigestOf(a.layout);
+  const absl::Status s = Refusal(DecideJoin(Job(2, 2), a));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(
+      std::string(s.message()),
+      HasSubstr("job llama: rank 2 layout digest " + a.layout_digest.substr(0, 8) +
+                ".. differs from rank 0 (" + DigestOf(Layout(1 << 16)).substr(0, 8) + "..)"));
+}
+
+TEST(DecideJoin, ANamedRankNobodyHoldsIsTaken) {
+  ExpectAwait(DecideJoin(Job(2, 2), Args(3)), 3, false, false);
+}
+
+TEST(DecideJoin, ANamedRankWhoseHolderIsGoneIsTaken) {
+  const JoinArgs a = Args(1);
+  for (v1::MemberState gone : {v1::MEMBER_LOST, v1::MEMBER_LEFT}) {
+    JobAdmissionView job = Job(3, 1);
+    const Member holder = Holder(a, gone);
+    job.holder = &holder;
+    ExpectAwait(DecideJoin(job, a), 1, false, false);
+  }
+}
+
+TEST(DecideJoin, ANamedRankHeldByAnotherProcessIsRefusedNamingIt) {
+  JoinArgs a = Args(1);
+  JobAdmissionView job = Job(3, 3);
+  Member holder = Holder(a, v1::MEMBER_ACTIVE);
+  holder.host = "elsewhere";
+  job.holder = &holder;
+  const absl::Status s = Refusal(DecideJoin(job, a));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("rank 1 is held by host 'elsewhere' device 'cuda:0' (active)"));
+  holder.host = a.host;
+  holder.device = "cuda:1";  // the same host, another process
+  EXPECT_EQ(Refusal(DecideJoin(job, a)).code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(DecideJoin, ARetryOfAWaitingJoinSupersedesIt) {
+  const JoinArgs a = Args(1);
+  JobAdmissionView job = Job(2, 2);
+  const Member holder = Holder(a, v1::MEMBER_JOINING);
+  job.holder = &holder;
+  ExpectAwait(DecideJoin(job, a), 1, false, /*supersede=*/true);
+}
+
+TEST(DecideJoin, ARetryOfAnActiveRankInARunningJobIsAnsweredAgain) {
+  const JoinArgs a = Args(1);
+  JobAdmissionView job = Job(4, std::nullopt);
+  job.running = true;
+  const Member holder = Holder(a, v1::MEMBER_ACTIVE);
+  job.holder = &holder;
+  const JoinDecision d = DecideJoin(job, a);
+  const auto* again = std::get_if<AnswerAgain>(&d);
+  ASSERT_NE(again, nullptr) << "refused: " << Refusal(d);
+  EXPECT_EQ(again->rank, 1);
+}
+
+TEST(DecideJoin, AnActiveRankOfAJobThatMovedOnIsRefused) {
+  const JoinArgs a = Args(1);
+  JobAdmissionView job = Job(3, 0);  // degraded: rank 0 was lost
+  const Member holder = Holder(a, v1::MEMBER_ACTIVE);
+  job.holder = &holder;
+  const absl::Status s = Refusal(DecideJoin(job, a));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 is already active in generation 3"));
+}
+
+TEST(DecideJoin, AnyRankTakesTheLowestFree) {
+  ExpectAwait(DecideJoin(Job(2, 1), Args(-1)), 1, false, false);
+}
+
+TEST(DecideJoin, AnyRankOfAFullJobIsRefused) {
+  const absl::Status s = Refusal(DecideJoin(Job(4, std::nullopt), Args(-1)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("job llama is full: 4 of 4 ranks are live"));
+}
+
+}  // namespace
+}  // namespace zerod::server
