@@ -127,7 +127,7 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
       [raw = s.get()](const absl::StatusOr<v1::HeartbeatResponse>& reply) {
         raw->OnHeartbeat(reply);
       });
-  if (absl::Status c = s->Connect(); !c.ok()) return s->Explain(c);
+  if (absl::Status c = s->Connect(); !c.ok()) return s->Explain(c, /*wait=*/true);
   return s;
 }
 
@@ -186,11 +186,17 @@ absl::StatusOr<engine::ZeroEngine*> TrainerSession::CreateEngine(engine::EngineO
   options.gather_comm = gather_communicator_.get();
   options.check_store = store_;
   options.collective_timeout = options_.collective_timeout;
-  options.explain_failure = [this](const absl::Status& failure) { return Explain(failure); };
+  options.explain_failure = [this](const absl::Status& failure, bool wait) {
+    return Explain(failure, wait);
+  };
   ZEROD_ASSIGN_OR_RETURN(
       std::unique_ptr<engine::ZeroEngine> created,
       engine::ZeroEngine::Create(membership_.plan, communicator_.get(), std::move(options)));
   MutexLock lock(&mu_);
+  if (engine_ != nullptr) {  // another thread's CreateEngine won
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", options_.job_id, ": rank ", rank(), " already has an engine"));
+  }
   engine_ = std::move(created);
   return engine_.get();
 }
@@ -215,32 +221,18 @@ HeartbeatReport TrainerSession::CurrentReport() const {
   return report;
 }
 
-absl::StatusOr<double> TrainerSession::Average(double value) {
-  if (membership_.world_size == 1) return value;
-  // Reduced in fp32 (every backend has it), in the communicator's memory: a GPU buffer on cuda.
-  float sum = static_cast<float>(value);
-  std::optional<engine::Buffer> staging;
-  float* data = &sum;
-  if (device_ops_) {
-    ZEROD_ASSIGN_OR_RETURN(staging, engine::Buffer::Allocate(device_ops_, DType::kFloat32, 1));
-    ZEROD_RETURN_IF_ERROR(staging->Upload(&sum, sizeof(float)));
-    data = staging->f32();
-  }
-  absl::Status s =
-      communicator_->AllReduce(data, 1, DType::kFloat32)->Wait(options_.collective_timeout);
-  if (!s.ok()) return Explain(s);
-  if (staging) ZEROD_RETURN_IF_ERROR(device_ops_->Download(&sum, data, sizeof(float)));
-  return static_cast<double>(sum) / static_cast<double>(membership_.world_size);
-}
-
 TrainerSession::~TrainerSession() {
   client_->StopHeartbeats();
+  // The communicators go first: destroying one ends its collectives (and joins its thread), so no
+  // late transfer can land in engine buffers that are already freed.
   {
     MutexLock lock(&mu_);
-    engine_.reset();  // before the communicators it uses
+    AbortCommunicators(absl::CancelledError("the trainer session ended"));
   }
   gather_communicator_.reset();
   communicator_.reset();
+  MutexLock lock(&mu_);
+  engine_.reset();
 }
 
 void TrainerSession::OnHeartbeat(const absl::StatusOr<v1::HeartbeatResponse>& reply) {
@@ -263,11 +255,13 @@ void TrainerSession::OnHeartbeat(const absl::StatusOr<v1::HeartbeatResponse>& re
   AbortCommunicators(lost);
 }
 
-absl::Status TrainerSession::Explain(const absl::Status& failure) {
-  const absl::Time deadline = absl::Now() + 2 * membership_.lease_ttl + absl::Seconds(1);
+absl::Status TrainerSession::Explain(const absl::Status& failure, bool wait) {
+  // Once this rank has left, no heartbeat brings news: what is known now is all there is.
+  const absl::Duration patience =
+      wait && !left_ ? 2 * membership_.lease_ttl + absl::Seconds(1) : absl::ZeroDuration();
   MutexLock lock(&mu_);
   auto known = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !lost_.ok(); };
-  if (mu_.AwaitWithDeadline(known, deadline)) {
+  if (mu_.AwaitWithTimeout(known, patience)) {
     return absl::Status(lost_.code(), absl::StrCat(lost_.message(), " [", failure.message(), "]"));
   }
   return failure;

@@ -26,6 +26,7 @@
 // Owns the client's heartbeat thread (stopped by Leave or the destructor), the communicators and
 // the engine (destroyed before the communicators it uses).
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -88,9 +89,6 @@ class TrainerSession {
   absl::StatusOr<engine::ZeroEngine*> CreateEngine(engine::EngineOptions options);
   engine::ZeroEngine* engine() const;
 
-  // The mean of `value` over every rank (a collective: every rank calls it), e.g. a global loss.
-  absl::StatusOr<double> Average(double value);
-
   // Sends a last heartbeat with the engine's final state, stops heartbeating and leaves the job.
   absl::Status Leave();
 
@@ -101,9 +99,10 @@ class TrainerSession {
   // What the next heartbeat carries: the engine's statistics, once there is an engine.
   HeartbeatReport CurrentReport() const;
   void AbortCommunicators(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Turns a failed collective into the coordinator's account of it: waits (up to two lease
-  // TTLs) for the coordinator to name a lost rank and returns that, else `failure` itself.
-  absl::Status Explain(const absl::Status& failure);
+  // Turns a failed collective into the coordinator's account of it: a lost rank the coordinator
+  // has named, else (with `wait`, before Leave) waits up to two lease TTLs for it to name one, else
+  // `failure` itself.
+  absl::Status Explain(const absl::Status& failure, bool wait);
 
   SessionOptions options_;
   std::shared_ptr<CoordinatorClient> client_;
@@ -114,7 +113,7 @@ class TrainerSession {
   // Set by Start before the heartbeat thread could abort them (under mu_), then only read.
   std::unique_ptr<comm::Communicator> communicator_;
   std::unique_ptr<comm::Communicator> gather_communicator_;
-  bool left_ = false;
+  std::atomic<bool> left_ = false;
 
   mutable Mutex mu_;
   // Set once by CreateEngine; the heartbeat thread reads its thread-safe statistics.

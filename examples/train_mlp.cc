@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
   // The global final loss: the mean of every rank's (equal-sized) batch loss.
   float global_loss = static_cast<float>(last_loss);
   if (session) {
-    absl::StatusOr<double> mean = session->Average(last_loss);
+    absl::StatusOr<double> mean = e->Average(last_loss);
     if (!mean.ok()) return Fail(rank, mean.status());
     global_loss = static_cast<float>(*mean);
   }

@@ -1,5 +1,6 @@
 #include "server/job_registry.h"
 
+#include <cstdlib>
 #include <utility>
 #include <variant>
 
@@ -192,7 +193,11 @@ void JobRegistry::Enter(const std::shared_ptr<Job>& job, JoinArgs args,
       waiter(absl::AbortedError("superseded by a retry of the same rank"));
     });
   } else {
-    job->slots.Take(rank);
+    // The admission decision chose a free rank; a taken one here is a broken invariant.
+    if (!job->slots.Take(rank)) {
+      Logger("coordinator")->critical("job {}: admitted rank {} was not free", job->id, rank);
+      std::abort();
+    }
   }
   if (job->layout.empty() && !args.layout.empty()) job->layout = std::move(args.layout);
   Member m;

@@ -109,16 +109,32 @@ int64_t ZeroEngine::UnitOf(int64_t tensor) const {
 
 absl::Status ZeroEngine::Wait(std::unique_ptr<comm::Work> work) {
   absl::Status s = work->Wait(options_.collective_timeout);
-  if (s.ok()) return s;
-  if (options_.check_store != nullptr) {
-    // Name the culprit if the ranks' collective sequences disagree.
-    absl::Status check = log_.Compare(*options_.check_store, absl::StrCat("failure-", log_.count()),
-                                      rank_, plan_->world_size(), absl::Seconds(5));
-    if (!check.ok()) {
-      s = absl::Status(check.code(), absl::StrCat(check.message(), "; ", s.message()));
-    }
+  return s.ok() ? s : Explain(std::move(s));
+}
+
+absl::Status ZeroEngine::Explain(absl::Status failure) {
+  // A cause already known (a rank the coordinator declared lost) needs no order check, which
+  // would only wait for the lost rank's sequence.
+  if (options_.explain_failure) {
+    absl::Status known = options_.explain_failure(failure, /*wait=*/false);
+    if (known != failure) return known;
   }
-  return options_.explain_failure ? options_.explain_failure(s) : s;
+  absl::Status check;
+  if (options_.check_store != nullptr) {
+    check = log_.Compare(*options_.check_store, absl::StrCat("failure-", log_.count()), rank_,
+                         plan_->world_size(), absl::Seconds(5));
+    if (!check.ok()) {
+      check = absl::Status(check.code(), absl::StrCat(check.message(), "; ", failure.message()));
+    }
+    // Sequences that differ are the cause. A rank that did not report may be dead: the
+    // coordinator may still name it.
+    if (check.code() == absl::StatusCode::kFailedPrecondition) return check;
+  }
+  if (options_.explain_failure) {
+    absl::Status known = options_.explain_failure(failure, /*wait=*/true);
+    if (known != failure) return known;
+  }
+  return check.ok() ? failure : check;
 }
 
 absl::Status ZeroEngine::InitParameters(const std::function<void(int64_t, float*)>& init) {
@@ -372,6 +388,7 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
       ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
       micro_steps_ = 0;
       result.applied = false;
+      steps_taken_.fetch_add(1, std::memory_order_relaxed);
       return result;
     }
     if (options_.max_grad_norm > 0 && result.grad_norm > 0) {
@@ -381,7 +398,7 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
   // 3. Adam on the owned shard.
   optim::AdamConfig config = options_.adam;
   if (lr) config.lr = *lr;
-  const int64_t step = ++step_;
+  const int64_t step = ++step_;  // only the trainer's thread touches step_
   const optim::AdamScalars k =
       optim::MakeAdamScalars(config, step, static_cast<float>(mean * coefficient));
   std::vector<optim::AdamShard> shards;
@@ -412,9 +429,13 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
   ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
   micro_steps_ = 0;
   result.applied = true;
+  steps_taken_.fetch_add(1, std::memory_order_relaxed);
   if (options_.check_store && options_.check_every > 0 && step % options_.check_every == 0) {
-    ZEROD_RETURN_IF_ERROR(log_.Compare(*options_.check_store, absl::StrCat("step-", step), rank_,
-                                       plan_->world_size(), options_.collective_timeout));
+    absl::Status check = log_.Compare(*options_.check_store, absl::StrCat("step-", step), rank_,
+                                      plan_->world_size(), options_.collective_timeout);
+    if (!check.ok()) {
+      return options_.explain_failure ? options_.explain_failure(check, /*wait=*/true) : check;
+    }
   }
   return result;
 }
@@ -458,6 +479,16 @@ int64_t ZeroEngine::AllocatedBytes() const {
   for (const BucketBuffer& b : buckets_) total += b.buffer.memory.Bytes();
   for (const GatherBuffer& g : gathers_) total += g.buffer.memory.Bytes();
   return total;
+}
+
+absl::StatusOr<double> ZeroEngine::Average(double value) {
+  float sum = static_cast<float>(value);
+  ZEROD_ASSIGN_OR_RETURN(Buffer scratch, Buffer::Allocate(ops_, DType::kFloat32, 1));
+  ZEROD_RETURN_IF_ERROR(scratch.Upload(&sum, sizeof(float)));
+  log_.Record("all_reduce", 1, DType::kFloat32);
+  ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(scratch.f32(), 1, DType::kFloat32)));
+  ZEROD_RETURN_IF_ERROR(ops_->Download(&sum, scratch.f32(), sizeof(float)));
+  return static_cast<double>(sum) / static_cast<double>(plan_->world_size());
 }
 
 absl::StatusOr<std::vector<float>> ZeroEngine::FullMasterParameters() {

@@ -74,7 +74,9 @@ struct EngineOptions {
   comm::Communicator* gather_comm = nullptr;
   // Applied to every failed collective before the engine returns it, so the caller gets the
   // cause rather than the symptom (the trainer session asks the coordinator which rank was lost).
-  std::function<absl::Status(const absl::Status&)> explain_failure;
+  // Returns the cause, or `failure` itself when none is known; with `wait` false it answers from
+  // what it knows now, with `wait` true it may wait a bounded time for the cause to be known.
+  std::function<absl::Status(const absl::Status& failure, bool wait)> explain_failure;
 };
 
 struct TensorView {
@@ -97,9 +99,10 @@ class ZeroEngine {
 
   const plan::ShardPlan& plan() const { return *plan_; }
   int64_t rank() const { return rank_; }
-  // Optimizer steps applied or skipped so far. step(), MemoryByCategory() and BytesSent() may be
-  // read from any thread (a heartbeat thread does), the rest only from the trainer's.
-  int64_t step() const { return step_.load(std::memory_order_relaxed); }
+  // Step() calls completed so far, applied or skipped (gradient overflow). step(),
+  // MemoryByCategory() and BytesSent() may be read from any thread (a heartbeat thread does), the
+  // rest only from the trainer's.
+  int64_t step() const { return steps_taken_.load(std::memory_order_relaxed); }
   double loss_scale() const { return scaler_.scale(); }
 
   // Sets initial parameters: init(tensor, out) writes the whole tensor in fp32 (every rank
@@ -124,6 +127,10 @@ class ZeroEngine {
   int64_t AllocatedBytes() const;
   // By collective, over both communicators.
   std::map<std::string, int64_t> BytesSent() const;
+
+  // The mean of `value` over the ranks (a collective: every rank calls it), e.g. a global loss.
+  // Reduced in fp32 in the engine's memory, and checked and explained as every collective is.
+  absl::StatusOr<double> Average(double value);
 
   // The full fp32 parameters in model order, unpadded (a collective: every rank calls it).
   absl::StatusOr<std::vector<float>> FullMasterParameters();
@@ -162,6 +169,9 @@ class ZeroEngine {
   // The one buffer of a category, or nullptr for the bucket and gather buffers (several each).
   PlannedBuffer* SingleBuffer(plan::MemoryCategory category);
   absl::Status Wait(std::unique_ptr<comm::Work> work);
+  // The cause of a failed collective: a loss already known, else a divergence of the ranks'
+  // collective order, else what explain_failure finds given time.
+  absl::Status Explain(absl::Status failure);
   absl::Status FinishReduceScatter(BucketBuffer& bucket);
   absl::StatusOr<BucketBuffer*> BucketFor(int64_t segment);
   absl::Status LaunchGather(int64_t segment, int64_t gather);
@@ -197,7 +207,8 @@ class ZeroEngine {
   int direction_ = 1;
 
   LossScaler scaler_;
-  std::atomic<int64_t> step_ = 0;
+  int64_t step_ = 0;                      // applied steps: Adam's bias correction counts these
+  std::atomic<int64_t> steps_taken_ = 0;  // applied or skipped, for step()
   CollectiveLog log_;
 };
 

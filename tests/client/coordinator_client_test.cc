@@ -194,9 +194,17 @@ TEST(CoordinatorClient, HeartbeatsCarryTheReportAndStopWhenAsked) {
   EXPECT_EQ(job->members(0).step(), 42);
   EXPECT_EQ(job->members(0).memory_bytes().at("fp32_master"), 1234);
   EXPECT_EQ(job->members(0).comm_bytes().at("all_gather"), 99);
-  absl::SleepFor(absl::Milliseconds(100));  // five intervals: none may arrive after Stop
-  MutexLock lock(&mu);
-  EXPECT_EQ(replies, after_stop);
+  // Heartbeats can start again after a stop (the thread was joined, not abandoned).
+  client->StartHeartbeats("h", 0, m->generation, absl::Milliseconds(20), nullptr,
+                          [&](const absl::StatusOr<v1::HeartbeatResponse>&) {
+                            MutexLock lock(&mu);
+                            ++replies;
+                          });
+  {
+    MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout([&] { return replies > after_stop; }, absl::Seconds(20)));
+  }
+  client->StopHeartbeats();
 }
 
 }  // namespace
