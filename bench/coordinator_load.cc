@@ -19,13 +19,15 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/mutex.h"  // SetMutexDeadlockDetectionMode, for gRPC's mutexes
 #include "absl/time/clock.h"
 #include "proto/plan_convert.h"
+#include "runtime/common/mutex.h"
 #include "runtime/plan/digest.h"
 #include "runtime/plan/synthetic_layout.h"
 #include "zerod/v1/coordinator.grpc.pb.h"
@@ -46,17 +48,17 @@ class Countdown {
  public:
   explicit Countdown(int64_t n) : left_(n) {}
   void Done() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     --left_;
   }
   bool WaitFor(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto zero = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return left_ <= 0; };
-    return mu_.AwaitWithTimeout(absl::Condition(&zero), timeout);
+    MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return left_ <= 0; },
+                                timeout);
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   int64_t left_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -64,11 +66,11 @@ class Countdown {
 class Latencies {
  public:
   void Add(int64_t us) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (samples_.size() < (1u << 24)) samples_.push_back(us);
   }
   double PercentileMs(double p) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (samples_.empty()) return 0;
     const size_t k = std::min(samples_.size() - 1, static_cast<size_t>(p * samples_.size()));
     std::nth_element(samples_.begin(), samples_.begin() + static_cast<long>(k), samples_.end());
@@ -76,7 +78,7 @@ class Latencies {
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<int64_t> samples_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -151,14 +153,18 @@ int main(int argc, char** argv) {
   const std::string digest = plan::DigestHex(plan::LayoutDigest(layout));
 
   // Phase 1: join, and have the plan.
-  std::vector<int64_t> assigned(static_cast<size_t>(f.ranks), -1);
-  std::atomic<int64_t> join_errors{0};
-  std::atomic<int64_t> generation{0};
-  std::string first_error;
-  absl::Mutex error_mu;
-  v1::PlanInputs plan_inputs;
-  std::atomic<bool> have_plan{false};
-  absl::Mutex plan_mu;
+  struct Joins {
+    Mutex mu;
+    std::vector<int64_t> assigned ABSL_GUARDED_BY(mu);
+    int64_t errors ABSL_GUARDED_BY(mu) = 0;
+    int64_t generation ABSL_GUARDED_BY(mu) = 0;
+    std::string first_error ABSL_GUARDED_BY(mu);
+    std::optional<v1::PlanInputs> plan_inputs ABSL_GUARDED_BY(mu);
+  } joins;
+  {
+    MutexLock lock(&joins.mu);
+    joins.assigned.assign(static_cast<size_t>(f.ranks), -1);
+  }
   Countdown joined(f.ranks);
   const absl::Time join_start = absl::Now();
   for (int64_t i = 0; i < f.ranks; ++i) {
@@ -179,17 +185,19 @@ int main(int argc, char** argv) {
     call->request.mutable_options()->set_stage(3);
     stubs[static_cast<size_t>(i % f.channels)]->async()->Join(
         &call->context, &call->request, &call->response, [&, call, i](grpc::Status s) {
-          if (s.ok()) {
-            assigned[static_cast<size_t>(i)] = call->response.rank();
-            generation = call->response.generation();
-            if (!have_plan.exchange(true)) {
-              absl::MutexLock lock(&plan_mu);
-              plan_inputs.ParseFromString(call->response.plan_inputs());
+          {
+            MutexLock lock(&joins.mu);
+            if (s.ok()) {
+              joins.assigned[static_cast<size_t>(i)] = call->response.rank();
+              joins.generation = call->response.generation();
+              if (!joins.plan_inputs) {
+                joins.plan_inputs.emplace();
+                joins.plan_inputs->ParseFromString(call->response.plan_inputs());
+              }
+            } else {
+              ++joins.errors;
+              if (joins.first_error.empty()) joins.first_error = s.error_message();
             }
-          } else {
-            ++join_errors;
-            absl::MutexLock lock(&error_mu);
-            if (first_error.empty()) first_error = s.error_message();
           }
           delete call;
           joined.Done();
@@ -198,10 +206,16 @@ int main(int argc, char** argv) {
   joined.WaitFor(absl::Seconds(600));
   // Every simulated rank would recompute the plan and check the digest; they share one process,
   // so it is done once here and timed with the join.
-  std::string plan_digest;
+  std::vector<int64_t> assigned;
+  int64_t join_errors = 0, generation = 0;
+  std::string first_error, plan_digest;
   {
-    absl::MutexLock lock(&plan_mu);
-    auto plan = rpc::PlanFromInputs(plan_inputs);
+    MutexLock lock(&joins.mu);
+    assigned = joins.assigned;
+    join_errors = joins.errors;
+    generation = joins.generation;
+    first_error = joins.first_error;
+    auto plan = rpc::PlanFromInputs(joins.plan_inputs.value_or(v1::PlanInputs()));
     if (!plan.ok() && join_errors == 0) {
       std::fprintf(stderr, "coordinator_load: %s\n", std::string(plan.status().message()).c_str());
       return 1;
@@ -210,7 +224,7 @@ int main(int argc, char** argv) {
   }
   const double join_plan_s = absl::ToDoubleSeconds(absl::Now() - join_start);
   std::printf("join+plan: %ld ranks in %.3f s (%ld errors%s%s), plan %s\n",
-              static_cast<long>(f.ranks), join_plan_s, static_cast<long>(join_errors.load()),
+              static_cast<long>(f.ranks), join_plan_s, static_cast<long>(join_errors),
               first_error.empty() ? "" : ": ", first_error.c_str(), plan_digest.c_str());
   if (join_errors > 0) return 1;
   const long rss_after_join = pid ? RssKib(pid) : -1;

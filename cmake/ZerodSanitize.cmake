@@ -7,5 +7,10 @@ if(ZEROD_SANITIZE)
   set(_zerod_san_flags -fsanitize=${ZEROD_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${_zerod_san_flags}>")
   add_link_options(${_zerod_san_flags})
-  message(STATUS "zerod: sanitizers ${ZEROD_SANITIZE}")
+  if(ZEROD_SANITIZE MATCHES "thread")
+    # Makes Debian's absl::Mutex (gRPC's lock) visible to TSan; every executable links it
+    # (zerod_binary, zerod_test).
+    add_library(zerod_tsan_absl_sync OBJECT ${CMAKE_SOURCE_DIR}/tests/tsan/absl_sync_annotations.cc)
+  endif()
+  message(STATUS "zerod: sanitizers ${ZEROD_SANITIZE} (${CMAKE_CXX_COMPILER_ID})")
 endif()

@@ -1,8 +1,18 @@
 # Helpers that declare a target in one line with the project's warnings (abseil's absl_cc_test).
 
+# Under clang, -Wthread-safety checks every ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED against
+# zerod::Mutex (runtime/common/mutex.h); GCC has no such analysis.
 function(zerod_warnings target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-missing-field-initializers>)
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-missing-field-initializers>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>>:-Wthread-safety>)
+endfunction()
+
+# In a TSan build, every executable carries tests/tsan/absl_sync_annotations.cc (cmake/ZerodSanitize).
+function(zerod_tsan_runtime target)
+  if(TARGET zerod_tsan_absl_sync)
+    target_link_libraries(${target} PRIVATE zerod_tsan_absl_sync)
+  endif()
 endfunction()
 
 # zerod_library(NAME SOURCES ... DEPS ...)
@@ -19,6 +29,7 @@ function(zerod_binary name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   zerod_warnings(${name})
+  zerod_tsan_runtime(${name})
 endfunction()
 
 # zerod_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary whose cases ctest lists.
@@ -27,6 +38,7 @@ function(zerod_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   zerod_warnings(${name})
+  zerod_tsan_runtime(${name})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   if("gpu" IN_LIST ARG_LABELS)
     # Without a device these tests print "skipped: no CUDA device": ctest counts them skipped.

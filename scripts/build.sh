@@ -2,12 +2,25 @@
 # Configures (once) and builds zerod with CMake + Ninja.
 #   ZEROD_BUILD_DIR  build folder (default: build)
 #   ZEROD_SANITIZE   address,undefined | thread (default: none)
+#   ZEROD_COMPILER   gcc | clang (default: the system c++, but clang when ZEROD_SANITIZE=thread);
+#                    clang adds -Wthread-safety. A folder keeps the compiler it was made with
+#                    unless this names another.
 #   ZEROD_CUDA       AUTO | ON | OFF (default: AUTO, on when nvcc is found)
 # Extra arguments are Ninja targets (default: everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${ZEROD_BUILD_DIR:-build}
 args=(-G Ninja -DZEROD_SANITIZE="${ZEROD_SANITIZE:-}" -DZEROD_CUDA="${ZEROD_CUDA:-AUTO}")
+compiler=${ZEROD_COMPILER:-}
+if [ -z "$compiler" ] && [ "${ZEROD_SANITIZE:-}" = thread ]; then compiler=clang; fi
+case "$compiler" in
+  "") ;;
+  gcc) args+=(-DCMAKE_CXX_COMPILER="$(command -v g++)") ;;
+  clang)
+    command -v clang++ >/dev/null || { echo "build: ZEROD_COMPILER=clang but clang++ is not installed (scripts/setup.sh)" >&2; exit 1; }
+    args+=(-DCMAKE_CXX_COMPILER="$(command -v clang++)") ;;
+  *) echo "build: ZEROD_COMPILER must be gcc or clang, not '$compiler'" >&2; exit 2 ;;
+esac
 if [ -n "${CMAKE_BUILD_TYPE:-}" ]; then args+=(-DCMAKE_BUILD_TYPE="$CMAKE_BUILD_TYPE"); fi
 # nvcc lives outside the default PATH on CUDA toolkit installs.
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -7,6 +7,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config clang-format
+  # the clang build (-Wthread-safety) and its ThreadSanitizer runtime and symbolizer
+  clang libclang-rt-14-dev llvm
   # control plane: gRPC 1.51 + protobuf 3.21 (with codegen), abseil
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   # logging, flags, JSON, HTTP, checksums
@@ -16,7 +18,9 @@ PACKAGES=(
   # collectives on host memory
   libgloo-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev python3
+  # the torch reference for the Adam vectors (scripts/make_adam_vectors.py, /usr/bin/python3)
+  python3-torch
 )
 
 missing=()

@@ -16,15 +16,15 @@ absl::StatusOr<int64_t> ParseStoredInt(const std::string& key, const std::string
 }
 
 absl::Status InMemoryStore::Set(const std::string& key, const std::string& value) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   values_[key] = value;
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key, absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  const auto present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return values_.contains(key); };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&present), timeout)) {
+  MutexLock lock(&mu_);
+  const auto present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return values_.contains(key); };
+  if (!mu_.AwaitWithTimeout(present, timeout)) {
     return absl::DeadlineExceededError(
         absl::StrCat("store key '", key, "' was not set within ", absl::FormatDuration(timeout)));
   }
@@ -32,7 +32,7 @@ absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key, absl::Dur
 }
 
 absl::StatusOr<int64_t> InMemoryStore::Add(const std::string& key, int64_t delta) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   int64_t value = 0;
   if (auto it = values_.find(key); it != values_.end()) {
     auto parsed = ParseStoredInt(key, it->second);
@@ -47,7 +47,7 @@ absl::StatusOr<int64_t> InMemoryStore::Add(const std::string& key, int64_t delta
 absl::StatusOr<std::string> InMemoryStore::CompareSet(const std::string& key,
                                                       const std::optional<std::string>& expected,
                                                       const std::string& desired) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = values_.find(key);
   const bool matches =
       expected.has_value() ? (it != values_.end() && it->second == *expected) : it == values_.end();
@@ -59,19 +59,19 @@ absl::StatusOr<std::string> InMemoryStore::CompareSet(const std::string& key,
 }
 
 absl::StatusOr<bool> InMemoryStore::Delete(const std::string& key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return values_.erase(key) > 0;
 }
 
 absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys, absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  const auto all_present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+  MutexLock lock(&mu_);
+  const auto all_present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const std::string& k : keys) {
       if (!values_.contains(k)) return false;
     }
     return true;
   };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&all_present), timeout)) {
+  if (!mu_.AwaitWithTimeout(all_present, timeout)) {
     std::vector<std::string> missing;
     for (const std::string& k : keys) {
       if (!values_.contains(k)) missing.push_back(k);

@@ -5,8 +5,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "runtime/comm/store.h"
+#include "runtime/common/mutex.h"
 
 namespace zerod::comm {
 
@@ -22,7 +22,7 @@ class InMemoryStore final : public Store {
   absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) override;
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -10,7 +10,7 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   for (std::thread& t : workers_) t.join();
@@ -25,7 +25,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     return;
   }
   const int64_t per = (n / parts + grain - 1) / grain * grain;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
+  mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return task_ == nullptr; });
   chunks_.clear();
   for (int64_t begin = 0; begin < n; begin += per)
     chunks_.emplace_back(begin, std::min(n, begin + per));
@@ -40,19 +41,16 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     mu_.Lock();
     --pending_;
   }
-  mu_.Await(absl::Condition(
-      +[](int64_t* pending) { return *pending == 0; }, &pending_));
+  mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_ == 0; });
   task_ = nullptr;
 }
 
 void ThreadPool::Work() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (;;) {
-    mu_.Await(absl::Condition(
-        +[](ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-          return p->stopping_ || (p->task_ != nullptr && p->next_chunk_ < p->chunks_.size());
-        },
-        this));
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || (task_ != nullptr && next_chunk_ < chunks_.size());
+    });
     if (stopping_) return;
     const auto [begin, end] = chunks_[next_chunk_++];
     const auto* task = task_;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "runtime/common/mutex.h"
 
 namespace zerod {
 
@@ -25,13 +25,13 @@ class ThreadPool {
 
   // Splits [0, n) into at most size() contiguous chunks whose boundaries are multiples of
   // `grain`, runs fn(begin, end) on each (the caller's thread takes one), and returns when all
-  // are done.
+  // are done. Concurrent callers take turns.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   void Work();
 
-  absl::Mutex mu_;
+  Mutex mu_;
   const std::function<void(int64_t, int64_t)>* task_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<std::pair<int64_t, int64_t>> chunks_ ABSL_GUARDED_BY(mu_);
   size_t next_chunk_ ABSL_GUARDED_BY(mu_) = 0;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "runtime/common/cpu_features.h"
+
 namespace zerod::optim {
 
 AdamScalars MakeAdamScalars(const AdamConfig& c, int64_t step, float grad_multiplier) {
@@ -37,8 +39,7 @@ std::vector<Isa> AvailableIsas() {
   std::vector<Isa> isas = {Isa::kScalar};
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuHasF16c()) {
     isas.push_back(Isa::kAvx2);
   }
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {

@@ -208,7 +208,13 @@ TEST(Zerod, BadInputGetsAPreciseStatusAndHarmsNothing) {
     auto m = client->Join(JoinOf("bad", 2, 0), absl::Seconds(30));
     EXPECT_TRUE(m.ok()) << m.status();
   });
-  absl::SleepFor(absl::Milliseconds(200));
+  // The refusals below compare against rank 0: wait until the daemon has it (a loaded or
+  // sanitized machine may take a while).
+  for (int i = 0; i < 2000; ++i) {
+    auto job = client->DescribeJob("bad");
+    if (job.ok() && job->members_size() > 0) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   auto mismatch = client->Join(JoinOf("bad", 2, 1, 1 << 21), absl::Seconds(5));
   EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(mismatch.status().message()), HasSubstr("differs from rank 0"));

@@ -20,17 +20,30 @@ struct GlooCommunicator::Op {
   int64_t sent = 0;
   int64_t received = 0;
   std::function<void()> body;
-  absl::Mutex mu;
-  bool done ABSL_GUARDED_BY(mu) = false;
-  absl::Status status ABSL_GUARDED_BY(mu);
 
   // The first outcome wins: completion, a Work's abort, or the communicator's.
   void Finish(absl::Status s) {
-    absl::MutexLock lock(&mu);
-    if (done) return;
-    done = true;
-    status = std::move(s);
+    MutexLock lock(&mu_);
+    if (done_) return;
+    done_ = true;
+    status_ = std::move(s);
   }
+
+  absl::Status Wait(absl::Duration timeout) {
+    MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; },
+                              timeout)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(name, " did not complete within ", absl::FormatDuration(timeout),
+                       " (a rank is missing, slow, or called collectives in another order)"));
+    }
+    return status_;
+  }
+
+ private:
+  Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 namespace {
@@ -39,15 +52,7 @@ class GlooWork final : public Work {
  public:
   explicit GlooWork(std::shared_ptr<GlooCommunicator::Op> op) : op_(std::move(op)) {}
 
-  absl::Status Wait(absl::Duration timeout) override {
-    absl::MutexLock lock(&op_->mu);
-    if (!op_->mu.AwaitWithTimeout(absl::Condition(&op_->done), timeout)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(op_->name, " did not complete within ", absl::FormatDuration(timeout),
-                       " (a rank is missing, slow, or called collectives in another order)"));
-    }
-    return op_->status;
-  }
+  absl::Status Wait(absl::Duration timeout) override { return op_->Wait(timeout); }
   void Abort(const absl::Status& why) override { op_->Finish(why); }
 
  private:
@@ -172,7 +177,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, int64
 GlooCommunicator::~GlooCommunicator() {
   Abort(absl::CancelledError("communicator destroyed"));
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   thread_.join();
@@ -185,7 +190,7 @@ std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, 
   op->sent = sent;
   op->received = received;
   op->body = std::move(body);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!aborted_.ok()) {
     op->Finish(aborted_);
   } else {
@@ -195,12 +200,9 @@ std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, 
 }
 
 void GlooCommunicator::Loop() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (;;) {
-    mu_.Await(absl::Condition(
-        +[](GlooCommunicator* c)
-             ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) { return c->stopping_ || !c->queue_.empty(); },
-        this));
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;
     std::shared_ptr<Op> op = queue_.front();
     queue_.pop_front();
@@ -229,7 +231,7 @@ void GlooCommunicator::Loop() {
 void GlooCommunicator::Abort(const absl::Status& why) {
   std::deque<std::shared_ptr<Op>> pending;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (aborted_.ok()) aborted_ = why;
     pending.swap(queue_);
     // The collective in flight cannot be interrupted inside Gloo; its waiters are released now
@@ -240,12 +242,12 @@ void GlooCommunicator::Abort(const absl::Status& why) {
 }
 
 std::map<std::string, int64_t> GlooCommunicator::BytesSent() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return sent_;
 }
 
 std::map<std::string, int64_t> GlooCommunicator::BytesReceived() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return received_;
 }
 

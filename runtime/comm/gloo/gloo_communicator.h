@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/store.h"
+#include "runtime/common/mutex.h"
 
 namespace gloo {
 class Context;
@@ -68,7 +68,7 @@ class GlooCommunicator final : public Communicator {
   const int64_t world_size_;
   const GlooOptions options_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::deque<std::shared_ptr<Op>> queue_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Op> running_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);

@@ -37,7 +37,7 @@ class NcclWork final : public Work {
     const absl::Time deadline = absl::Now() + timeout;
     for (;;) {
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         if (!aborted_.ok()) return aborted_;
       }
       if (absl::Status a = owner_->aborted(); !a.ok()) return a;
@@ -54,7 +54,7 @@ class NcclWork final : public Work {
     }
   }
   void Abort(const absl::Status& why) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (aborted_.ok()) aborted_ = why;
   }
   void set_issue_error(absl::Status s) { issue_error_ = std::move(s); }
@@ -64,7 +64,7 @@ class NcclWork final : public Work {
   std::string name_;
   cudaEvent_t event_;
   absl::Status issue_error_;
-  absl::Mutex mu_;
+  Mutex mu_;
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -125,13 +125,13 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int64_t rank, int64_t world_
 
 NcclCommunicator::~NcclCommunicator() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   watchdog_.join();
   bool aborted;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     aborted = !aborted_.ok();
   }
   if (!aborted) {
@@ -143,9 +143,10 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::Watchdog() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
+    mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; },
+                         absl::Milliseconds(100));
     if (stopping_ || !aborted_.ok()) continue;
     ncclResult_t async = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
@@ -158,7 +159,7 @@ void NcclCommunicator::Watchdog() {
 }
 
 void NcclCommunicator::Abort(const absl::Status& why) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!aborted_.ok()) return;
   aborted_ = why;
   // Unblocks every kernel of this communicator; the communicator is unusable afterwards.
@@ -166,7 +167,7 @@ void NcclCommunicator::Abort(const absl::Status& why) {
 }
 
 absl::Status NcclCommunicator::aborted() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return aborted_;
 }
 
@@ -188,7 +189,7 @@ std::unique_ptr<Work> NcclCommunicator::Issue(const std::string& name, int64_t m
   if (!s.ok()) {
     work->set_issue_error(s);
   } else {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     sent_[name] += moved;
   }
   return work;
@@ -239,7 +240,7 @@ std::unique_ptr<Work> NcclCommunicator::Barrier() {
 }
 
 std::map<std::string, int64_t> NcclCommunicator::BytesSent() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return sent_;
 }
 

@@ -19,9 +19,9 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/store.h"
+#include "runtime/common/mutex.h"
 
 namespace zerod::comm {
 
@@ -77,7 +77,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_;
   float* scratch_;  // one float for Barrier
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, int64_t> sent_ ABSL_GUARDED_BY(mu_);

@@ -8,12 +8,12 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/in_memory_store.h"
 #include "runtime/comm/prefix_store.h"
 #include "runtime/common/half.h"
+#include "runtime/common/mutex.h"
 
 namespace zerod::comm {
 namespace {
@@ -108,7 +108,7 @@ TEST(GlooCommunicator, BroadcastAndBarrier) {
 }
 
 TEST(GlooCommunicator, AbortReleasesAWaiterWithTheReason) {
-  absl::Notification done;
+  Notification done;
   OnRanks(2, [&](int64_t r, Communicator& c) {
     if (r == 1) {  // alive but never joins the collective (a hung rank)
       done.WaitForNotification();

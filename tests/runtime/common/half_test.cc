@@ -6,6 +6,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "runtime/common/cpu_features.h"
 
 namespace zerod {
 namespace {
@@ -15,13 +16,8 @@ __attribute__((target("f16c"))) uint16_t HardwareFloatToFp16(float f) {
   return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
 }
 
-bool HaveF16c() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("f16c");
-}
-
 TEST(Half, Fp16MatchesTheHardwareEverywhere) {
-  if (!HaveF16c()) GTEST_SKIP() << "skipped: this CPU has no F16C to compare against";
+  if (!CpuHasF16c()) GTEST_SKIP() << "skipped: this CPU has no F16C to compare against";
   for (uint32_t h = 0; h < 65536; ++h) {
     const float ours = Fp16ToFloat(static_cast<uint16_t>(h));
     const float hw = HardwareFp16ToFloat(static_cast<uint16_t>(h));
