@@ -178,10 +178,9 @@ void TrainerSession::AbortCommunicators(const absl::Status& why) {
 
 absl::StatusOr<engine::ZeroEngine*> TrainerSession::CreateEngine(engine::EngineOptions options) {
   if (left_) return absl::FailedPreconditionError("create engine: the session has left its job");
-  if (engine() != nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", options_.job_id, ": rank ", rank(), " already has an engine"));
-  }
+  const absl::Status taken = absl::FailedPreconditionError(
+      absl::StrCat("job ", options_.job_id, ": rank ", rank(), " already has an engine"));
+  if (engine() != nullptr) return taken;  // before allocating a second engine's buffers
   options.device = device_ops_;
   options.gather_comm = gather_communicator_.get();
   options.check_store = store_;
@@ -193,10 +192,7 @@ absl::StatusOr<engine::ZeroEngine*> TrainerSession::CreateEngine(engine::EngineO
       std::unique_ptr<engine::ZeroEngine> created,
       engine::ZeroEngine::Create(membership_.plan, communicator_.get(), std::move(options)));
   MutexLock lock(&mu_);
-  if (engine_ != nullptr) {  // another thread's CreateEngine won
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", options_.job_id, ": rank ", rank(), " already has an engine"));
-  }
+  if (engine_ != nullptr) return taken;  // another thread's CreateEngine won
   engine_ = std::move(created);
   return engine_.get();
 }

@@ -24,7 +24,8 @@
 //   (*session)->Leave();
 //
 // Owns the client's heartbeat thread (stopped by Leave or the destructor), the communicators and
-// the engine (destroyed before the communicators it uses).
+// the engine. The communicators are destroyed first, which ends their collectives, so no late
+// transfer can land in the engine's freed buffers.
 
 #include <atomic>
 #include <memory>

@@ -27,13 +27,9 @@ void TimerQueue::Schedule(absl::Time deadline, std::function<void()> callback) {
 }
 
 void TimerQueue::OnClockJump() {
-  int64_t jump = 0;
-  {
-    // Released before waiting: a release is what makes the loop look again.
-    MutexLock lock(&mu_);
-    jump = ++jumps_;
-  }
   MutexLock lock(&mu_);
+  const int64_t jump = ++jumps_;
+  // Entering Await wakes the loop's wait, as a release would, so it sees the new jump.
   mu_.Await([this, jump]()
                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || caught_up_ >= jump; });
 }

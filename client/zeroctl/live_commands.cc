@@ -281,8 +281,9 @@ int Watch(CoordinatorClient& c, const LiveFlags& f, std::ostream& out, std::ostr
   return 0;
 }
 
-// Every live command takes these; so does zeroctl itself, before the subcommand.
-void AddConnectionFlags(CLI::App& cmd, LiveFlags& f) {
+}  // namespace
+
+void AddGlobalFlags(CLI::App& cmd, LiveFlags& f) {
   cmd.add_option("--endpoint", f.endpoint,
                  "zerod address: unix:///run/zerod/zerod.sock or host:port "
                  "(default: $ZEROD_ENDPOINT)");
@@ -291,14 +292,10 @@ void AddConnectionFlags(CLI::App& cmd, LiveFlags& f) {
       ->capture_default_str();
 }
 
-}  // namespace
-
-void AddGlobalFlags(CLI::App& app, LiveFlags& f) { AddConnectionFlags(app, f); }
-
 std::vector<CLI::App*> AddLiveCommands(CLI::App& app, LiveFlags& f) {
   std::vector<CLI::App*> commands;
   auto common = [&f](CLI::App* cmd, bool needs_job) {
-    AddConnectionFlags(*cmd, f);
+    AddGlobalFlags(*cmd, f);  // each subcommand takes them after its name too
     if (needs_job) cmd->add_option("JOB", f.job, "Job id")->required();
     return cmd;
   };

@@ -21,9 +21,9 @@ struct LiveFlags {
   bool json = false;
 };
 
-// Adds --endpoint, --json and --timeout to `app` itself, so that they may also come before the
-// subcommand (`zeroctl --endpoint E jobs`), as kubectl's and etcdctl's global flags do. They fill
-// the same fields as the subcommands' own flags; `zeroctl plan` reads only --json.
+// Adds --endpoint, --json and --timeout to `app`: to zeroctl itself, so they may come before the
+// subcommand (`zeroctl --endpoint E jobs`) as kubectl's and etcdctl's global flags do, and to each
+// live subcommand, after its name. Both fill the same fields; `zeroctl plan` reads only --json.
 void AddGlobalFlags(CLI::App& app, LiveFlags& flags);
 
 // Adds the subcommands; returns them in the order jobs, members, shards, memory, watch.

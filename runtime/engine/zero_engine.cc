@@ -123,18 +123,26 @@ absl::Status ZeroEngine::Explain(absl::Status failure) {
   if (options_.check_store != nullptr) {
     check = log_.Compare(*options_.check_store, absl::StrCat("failure-", log_.count()), rank_,
                          plan_->world_size(), absl::Seconds(5));
-    if (!check.ok()) {
-      check = absl::Status(check.code(), absl::StrCat(check.message(), "; ", failure.message()));
-    }
-    // Sequences that differ are the cause. A rank that did not report may be dead: the
-    // coordinator may still name it.
-    if (check.code() == absl::StatusCode::kFailedPrecondition) return check;
   }
+  return Blame(check, failure);
+}
+
+absl::Status ZeroEngine::Blame(const absl::Status& check, const absl::Status& failure) {
+  absl::Status seen = failure;
+  if (!check.ok()) {
+    seen = failure.ok()
+               ? check
+               : absl::Status(check.code(), absl::StrCat(check.message(), "; ", failure.message()));
+  }
+  // Sequences that differ are the cause. A rank that did not report may be dead: the coordinator
+  // may still name it.
+  if (check.code() == absl::StatusCode::kFailedPrecondition) return seen;
   if (options_.explain_failure) {
-    absl::Status known = options_.explain_failure(failure, /*wait=*/true);
-    if (known != failure) return known;
+    const absl::Status& symptom = failure.ok() ? check : failure;
+    absl::Status known = options_.explain_failure(symptom, /*wait=*/true);
+    if (known != symptom) return known;
   }
-  return check.ok() ? failure : check;
+  return seen;
 }
 
 absl::Status ZeroEngine::InitParameters(const std::function<void(int64_t, float*)>& init) {
@@ -433,9 +441,7 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
   if (options_.check_store && options_.check_every > 0 && step % options_.check_every == 0) {
     absl::Status check = log_.Compare(*options_.check_store, absl::StrCat("step-", step), rank_,
                                       plan_->world_size(), options_.collective_timeout);
-    if (!check.ok()) {
-      return options_.explain_failure ? options_.explain_failure(check, /*wait=*/true) : check;
-    }
+    if (!check.ok()) return Blame(check, absl::OkStatus());
   }
   return result;
 }
@@ -482,12 +488,13 @@ int64_t ZeroEngine::AllocatedBytes() const {
 }
 
 absl::StatusOr<double> ZeroEngine::Average(double value) {
+  // Through totals_, the engine's small fp32 scratch (Step's overflow flag and norm), so a loss
+  // logged every step allocates nothing.
   float sum = static_cast<float>(value);
-  ZEROD_ASSIGN_OR_RETURN(Buffer scratch, Buffer::Allocate(ops_, DType::kFloat32, 1));
-  ZEROD_RETURN_IF_ERROR(scratch.Upload(&sum, sizeof(float)));
+  ZEROD_RETURN_IF_ERROR(ops_->Upload(totals_.data(), &sum, sizeof(float)));
   log_.Record("all_reduce", 1, DType::kFloat32);
-  ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(scratch.f32(), 1, DType::kFloat32)));
-  ZEROD_RETURN_IF_ERROR(ops_->Download(&sum, scratch.f32(), sizeof(float)));
+  ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(totals_.f32(), 1, DType::kFloat32)));
+  ZEROD_RETURN_IF_ERROR(ops_->Download(&sum, totals_.f32(), sizeof(float)));
   return static_cast<double>(sum) / static_cast<double>(plan_->world_size());
 }
 

@@ -172,6 +172,10 @@ class ZeroEngine {
   // The cause of a failed collective: a loss already known, else a divergence of the ranks'
   // collective order, else what explain_failure finds given time.
   absl::Status Explain(absl::Status failure);
+  // What a failed order check (`check`) and a failed collective (`failure`; OK when the check
+  // alone failed) come to: a divergence of the ranks' order is the cause; else a loss that
+  // explain_failure names given time; else what was seen.
+  absl::Status Blame(const absl::Status& check, const absl::Status& failure);
   absl::Status FinishReduceScatter(BucketBuffer& bucket);
   absl::StatusOr<BucketBuffer*> BucketFor(int64_t segment);
   absl::Status LaunchGather(int64_t segment, int64_t gather);
