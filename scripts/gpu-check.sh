@@ -3,7 +3,8 @@
 # compiles nothing): the gpu-labelled tests (CUDA Adam against CPU Adam, NCCL collectives on every
 # visible GPU, the engine at stages 0-3 on the GPU against the CPU runtime, stage-3 gathers on
 # their own communicator and stream, train_mlp on GPUs under a real zerod), then the fused-Adam
-# benchmark beside a device-to-device copy and one step at 2^28 parameters. Writes summary.txt
+# benchmark beside a device-to-device copy and one step at 2^28 parameters; between them the
+# PyTorch front end (python/zerod) on CUDA with the machine's own Python and torch. Writes summary.txt
 # and the raw logs under $OUT when it is set. About 2 minutes.
 #
 #   scripts/gpu-check.sh [BUILD_DIR]     (default: build)
@@ -44,6 +45,12 @@ for t in adam_cuda_test nccl_communicator_test zero_engine_cuda_test train_gpu_t
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|skipped: no CUDA device" "$out/$t.log" | tee -a "$summary"
   if grep -q "skipped: no CUDA device" "$out/$t.log"; then status=2; fi
 done
+# The PyTorch front end on the GPU machine's own Python and torch (CUDA), through the carried
+# libzerod_c.so: stages 0-3 against the unsharded reference, bf16 and fp16 against fp32.
+say "== python front end on cuda (tests/python/gpu_equivalence.py)"
+PYTHONPATH="$PWD/python" timeout 400 python3 tests/python/gpu_equivalence.py "$build" "$out/python" \
+  >"$out/python-gpu.log" 2>&1 || status=1
+tee -a "$summary" <"$out/python-gpu.log" | tail -n 20
 say "== adam_cuda_bench --log2 28"
 timeout 120 "$build/bin/adam_cuda_bench" --log2 28 >"$out/adam-bench.log" 2>&1 || status=1
 tee -a "$summary" <"$out/adam-bench.log"

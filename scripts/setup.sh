@@ -21,6 +21,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev python3
   # the torch reference for the Adam vectors (scripts/make_adam_vectors.py, /usr/bin/python3)
   python3-torch
+  # the PyTorch front end (python/zerod): its tests, the torchvision example
+  python3-pytest python3-torchvision python3-numpy
 )
 
 missing=()

@@ -176,6 +176,38 @@ absl::Status ZeroEngine::InitParameters(const std::function<void(int64_t, float*
   return ops_->Synchronize();
 }
 
+absl::Status ZeroEngine::Broadcast(float* values, int64_t count, int64_t root) {
+  if (root < 0 || root >= plan_->world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: no rank ", root, " to broadcast from (",
+                                                   plan_->world_size(), " ranks)"));
+  }
+  if (count < 0) return absl::InvalidArgumentError(absl::StrCat("engine: broadcast of ", count));
+  if (count == 0) return absl::OkStatus();
+  ZEROD_ASSIGN_OR_RETURN(Buffer wire, Buffer::Allocate(ops_, DType::kFloat32, count));
+  ZEROD_RETURN_IF_ERROR(ops_->Upload(wire.data(), values, wire.Bytes()));
+  log_.Record("broadcast", count, DType::kFloat32);
+  ZEROD_RETURN_IF_ERROR(Wait(comm_->Broadcast(wire.data(), count, DType::kFloat32, root)));
+  return ops_->Download(values, wire.data(), wire.Bytes());
+}
+
+absl::Status ZeroEngine::InitParametersFrom(int64_t root,
+                                            const std::function<void(int64_t, float*)>& init) {
+  const std::vector<plan::TensorPlacement>& places = plan_->placements();
+  std::vector<int64_t> start(places.size() + 1, 0);  // tensor t at start[t] of the unpadded model
+  for (size_t t = 0; t < places.size(); ++t) start[t + 1] = start[t] + places[t].numel;
+  std::vector<float> model(static_cast<size_t>(start.back()));
+  if (rank_ == root) {
+    for (size_t t = 0; t < places.size(); ++t) {
+      init(static_cast<int64_t>(t), model.data() + start[t]);
+    }
+  }
+  ZEROD_RETURN_IF_ERROR(Broadcast(model.data(), start.back(), root));
+  return InitParameters([&](int64_t t, float* out) {
+    std::copy(model.begin() + start[static_cast<size_t>(t)],
+              model.begin() + start[static_cast<size_t>(t) + 1], out);
+  });
+}
+
 absl::Status ZeroEngine::LaunchGather(int64_t segment, int64_t gather) {
   GatherBuffer& g = gathers_[static_cast<size_t>(gather)];
   const plan::OwnedRange mine = plan_->SliceOf(rank_, segment);
@@ -184,6 +216,7 @@ absl::Status ZeroEngine::LaunchGather(int64_t segment, int64_t gather) {
   log_.Record("all_gather", mine.numel, param_dtype());
   g.gather = gather_comm_->AllGather(g.buffer.memory.data(), mine.numel, param_dtype());
   g.segment = segment;
+  g.requested = false;
   segments_[static_cast<size_t>(segment)].gather = gather;
   return absl::OkStatus();
 }
@@ -194,6 +227,28 @@ absl::Status ZeroEngine::WaitGather(int64_t gather) {
   return Wait(std::move(g.gather));
 }
 
+absl::Status ZeroEngine::DropGather(int64_t g) {
+  ZEROD_RETURN_IF_ERROR(WaitGather(g));
+  GatherBuffer& buffer = gathers_[static_cast<size_t>(g)];
+  segments_[static_cast<size_t>(buffer.segment)].gather = -1;
+  buffer.segment = -1;
+  buffer.requested = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ZeroEngine::FreeGatherBuffer() {
+  for (size_t g = 0; g < gathers_.size(); ++g) {
+    if (gathers_[g].segment < 0) return static_cast<int64_t>(g);
+  }
+  for (size_t g = 0; g < gathers_.size(); ++g) {
+    if (!gathers_[g].requested) {
+      ZEROD_RETURN_IF_ERROR(DropGather(static_cast<int64_t>(g)));
+      return static_cast<int64_t>(g);
+    }
+  }
+  return -1;
+}
+
 absl::Status ZeroEngine::Gather(int64_t unit) {
   if (unit < 0 || unit >= num_units()) {
     return absl::InvalidArgumentError(
@@ -202,14 +257,8 @@ absl::Status ZeroEngine::Gather(int64_t unit) {
   if (stage_ < 3) return absl::OkStatus();
   if (last_gathered_ >= 0 && unit != last_gathered_) direction_ = unit > last_gathered_ ? 1 : -1;
   last_gathered_ = unit;
-  auto free_gather = [&]() -> int64_t {
-    for (size_t g = 0; g < gathers_.size(); ++g) {
-      if (gathers_[g].segment < 0) return static_cast<int64_t>(g);
-    }
-    return -1;
-  };
   if (segments_[static_cast<size_t>(unit)].gather < 0) {
-    const int64_t g = free_gather();
+    ZEROD_ASSIGN_OR_RETURN(const int64_t g, FreeGatherBuffer());
     if (g < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("engine: cannot gather unit ", unit, ": all ", gathers_.size(),
@@ -217,13 +266,19 @@ absl::Status ZeroEngine::Gather(int64_t unit) {
     }
     ZEROD_RETURN_IF_ERROR(LaunchGather(unit, g));
   }
-  ZEROD_RETURN_IF_ERROR(WaitGather(segments_[static_cast<size_t>(unit)].gather));
-  // Prefetch the next unit in the direction of travel while this one is in use.
+  const int64_t g = segments_[static_cast<size_t>(unit)].gather;
+  gathers_[static_cast<size_t>(g)].requested = true;
+  ZEROD_RETURN_IF_ERROR(WaitGather(g));
+  // Prefetch the next unit in the direction of travel while this one is in use, into a free
+  // buffer only: a prefetch never displaces a unit somebody asked for.
   const int64_t next = unit + direction_;
   if (plan_->options().prefetch_depth > 0 && next >= 0 && next < num_units() &&
       segments_[static_cast<size_t>(next)].gather < 0) {
-    const int64_t g = free_gather();
-    if (g >= 0) ZEROD_RETURN_IF_ERROR(LaunchGather(next, g));
+    for (size_t free = 0; free < gathers_.size(); ++free) {
+      if (gathers_[free].segment >= 0) continue;
+      ZEROD_RETURN_IF_ERROR(LaunchGather(next, static_cast<int64_t>(free)));
+      break;
+    }
   }
   return absl::OkStatus();
 }
@@ -233,11 +288,7 @@ absl::Status ZeroEngine::Release(int64_t unit) {
   if (unit < 0 || unit >= num_units() || segments_[static_cast<size_t>(unit)].gather < 0) {
     return absl::FailedPreconditionError(absl::StrCat("engine: unit ", unit, " is not gathered"));
   }
-  const int64_t g = segments_[static_cast<size_t>(unit)].gather;
-  ZEROD_RETURN_IF_ERROR(WaitGather(g));
-  gathers_[static_cast<size_t>(g)].segment = -1;
-  segments_[static_cast<size_t>(unit)].gather = -1;
-  return absl::OkStatus();
+  return DropGather(segments_[static_cast<size_t>(unit)].gather);
 }
 
 absl::StatusOr<TensorView> ZeroEngine::Param(int64_t tensor) {
@@ -353,6 +404,11 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
         " gradients of the next); expected ", options_.accumulation_steps));
   }
   const DType gd = grad_dtype();
+  // Stage 3: the step changes the parameters, so every gathered copy (a unit still held, a
+  // prefetch not used) would be stale; each is dropped once its all-gather has landed.
+  for (size_t g = 0; g < gathers_.size(); ++g) {
+    if (gathers_[g].segment >= 0) ZEROD_RETURN_IF_ERROR(DropGather(static_cast<int64_t>(g)));
+  }
   // 1. Finish the reductions.
   if (stage_ >= 2) {
     for (BucketBuffer& bucket : buckets_) ZEROD_RETURN_IF_ERROR(FinishReduceScatter(bucket));

@@ -108,7 +108,20 @@ class ZeroEngine {
   // Sets initial parameters: init(tensor, out) writes the whole tensor in fp32 (every rank
   // computes the same values); the engine keeps what this rank holds.
   absl::Status InitParameters(const std::function<void(int64_t, float*)>& init);
+  // Sets initial parameters from rank `root`'s values, as data-parallel wrappers start (torch DDP
+  // broadcasts rank 0's module): init is called on `root` only, and the values are broadcast (a
+  // collective: every rank calls it). Holds the whole model in fp32 once, on the host and in the
+  // communicator's memory, while it runs.
+  absl::Status InitParametersFrom(int64_t root, const std::function<void(int64_t, float*)>& init);
+  // Rank `root`'s `count` floats (host memory) into every rank's `values`, through the
+  // communicator's memory (a collective; checked and explained as every collective is). For
+  // state outside the plan, such as a module's buffers.
+  absl::Status Broadcast(float* values, int64_t count, int64_t root);
 
+  // Stage 3: Gather(unit) materialises a unit's parameters (waiting for them) and prefetches the
+  // next unit in the direction of travel into a free gather buffer; a prefetch nobody asked for is
+  // dropped when its buffer is needed. Release(unit) frees the unit's buffer. Step() drops every
+  // gathered unit, since it changes the parameters. Below stage 3 both are no-ops.
   int64_t UnitOf(int64_t tensor) const;
   int64_t num_units() const { return static_cast<int64_t>(plan_->segments().size()); }
   absl::Status Gather(int64_t unit);
@@ -160,6 +173,7 @@ class ZeroEngine {
   struct GatherBuffer {
     PlannedBuffer buffer;
     int64_t segment = -1;                // -1 when free
+    bool requested = false;              // by Gather; false: a prefetch nobody asked for yet
     std::unique_ptr<comm::Work> gather;  // the all-gather in flight, if any
   };
 
@@ -180,6 +194,11 @@ class ZeroEngine {
   absl::StatusOr<BucketBuffer*> BucketFor(int64_t segment);
   absl::Status LaunchGather(int64_t segment, int64_t gather);
   absl::Status WaitGather(int64_t gather);
+  // A gather buffer for `segment`: a free one, else one holding a prefetch nobody asked for (a
+  // guess of the direction of travel that was wrong), else -1.
+  absl::StatusOr<int64_t> FreeGatherBuffer();
+  // Frees gather buffer g once its all-gather has landed.
+  absl::Status DropGather(int64_t g);
   // The fp32 parameters Adam updates: the master copy, or the parameters in fp32 training.
   PlannedBuffer& Master() { return mixed() ? master_ : params_; }
   DType grad_dtype() const { return plan_->options().grad_dtype; }

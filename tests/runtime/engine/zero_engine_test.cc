@@ -532,5 +532,113 @@ TEST(ZeroEngine, UsingAUnitBeforeGatherIsAnError) {
   EXPECT_EQ((*engine)->Step().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(ZeroEngine, InitParametersFromTakesTheRootsValuesOnEveryRank) {
+  // Rank 1's own values differ (a module initialised with another seed); after the broadcast
+  // both ranks hold rank 0's, at every stage, and Broadcast carries other state the same way.
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage));
+    auto store = std::make_shared<comm::PrefixStore>(absl::StrCat("init", stage),
+                                                     std::make_shared<comm::InMemoryStore>());
+    auto plan = PairPlan(stage, 2);
+    std::vector<absl::StatusOr<std::vector<float>>> full(2);
+    std::vector<std::vector<float>> extra(2, std::vector<float>(3));
+    std::vector<std::thread> threads;
+    for (int64_t r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        full[static_cast<size_t>(r)] = [&]() -> absl::StatusOr<std::vector<float>> {
+          ZEROD_ASSIGN_OR_RETURN(auto comm, comm::GlooCommunicator::Create(store, r, 2, {}));
+          ZEROD_ASSIGN_OR_RETURN(auto e,
+                                 ZeroEngine::Create(plan, comm.get(), Options(DType::kFloat32)));
+          ZEROD_RETURN_IF_ERROR(e->InitParametersFrom(0, [r](int64_t t, float* p) {
+            for (int64_t i = 0; i < 4; ++i) p[i] = r == 0 ? PairInit(4 * t + i) : 99.0f;
+          }));
+          std::vector<float>& mine = extra[static_cast<size_t>(r)];
+          for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>(10 * r + i);
+          ZEROD_RETURN_IF_ERROR(e->Broadcast(mine.data(), 3, 0));
+          EXPECT_EQ(e->Broadcast(mine.data(), 3, 2).code(), absl::StatusCode::kInvalidArgument);
+          return e->FullMasterParameters();
+        }();
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t r = 0; r < 2; ++r) {
+      ASSERT_TRUE(full[r].ok()) << full[r].status();
+      for (int64_t i = 0; i < 24; ++i) {
+        EXPECT_EQ((*full[r])[static_cast<size_t>(i)], PairInit(i)) << "rank " << r << " " << i;
+      }
+      EXPECT_EQ(extra[r], (std::vector<float>{0, 1, 2})) << "rank " << r;
+    }
+  }
+}
+
+// A one-rank stage-3 engine over PairPlan (three units, two gather buffers, prefetch 1).
+struct OneRank {
+  std::unique_ptr<comm::GlooCommunicator> comm;
+  std::unique_ptr<ZeroEngine> engine;
+};
+
+OneRank StageThreeAlone() {
+  OneRank one;
+  auto comm = comm::GlooCommunicator::Create(std::make_shared<comm::InMemoryStore>(), 0, 1, {});
+  EXPECT_TRUE(comm.ok()) << comm.status();
+  one.comm = *std::move(comm);
+  auto engine = ZeroEngine::Create(PairPlan(3, 1), one.comm.get(), Options(DType::kFloat32));
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  one.engine = *std::move(engine);
+  EXPECT_TRUE(one.engine
+                  ->InitParameters([](int64_t t, float* p) {
+                    for (int64_t i = 0; i < 4; ++i) p[i] = PairInit(4 * t + i);
+                  })
+                  .ok());
+  return one;
+}
+
+TEST(ZeroEngine, AnUnusedPrefetchGivesWayToTheUnitAskedFor) {
+  OneRank one = StageThreeAlone();
+  ZeroEngine& e = *one.engine;
+  ASSERT_EQ(e.num_units(), 3);
+  // Unit 0, with unit 1 prefetched into the second buffer; then unit 2 is asked for instead (a
+  // module tree's order is not always the order of use): the prefetch gives way.
+  ASSERT_TRUE(e.Gather(0).ok());
+  ASSERT_TRUE(e.Gather(2).ok());
+  std::vector<float> got(4);
+  ASSERT_TRUE(e.ParamToFloat(4, got.data()).ok());
+  EXPECT_EQ(got[1], PairInit(17));
+  EXPECT_EQ(e.Param(2).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Two units asked for hold both buffers: a third is an error that says so.
+  const absl::Status full = e.Gather(1);
+  EXPECT_EQ(full.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(full.message()), HasSubstr("all 2 gather buffers hold units"));
+  ASSERT_TRUE(e.Release(0).ok());
+  ASSERT_TRUE(e.Gather(1).ok());
+}
+
+TEST(ZeroEngine, StepDropsGatheredUnitsSoNoStaleCopySurvives) {
+  OneRank one = StageThreeAlone();
+  ZeroEngine& e = *one.engine;
+  ASSERT_TRUE(e.Gather(0).ok());  // held across the step, with unit 1 prefetched
+  for (int64_t t = 5; t >= 0; --t) {
+    std::vector<float> g(4, 0.5f);
+    ASSERT_TRUE(e.AccumulateGrad(t, g.data()).ok());
+  }
+  ASSERT_TRUE(e.Step().ok());
+  EXPECT_EQ(e.Param(0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(e.Release(1).code(), absl::StatusCode::kFailedPrecondition);
+  auto master = e.FullMasterParameters();
+  ASSERT_TRUE(master.ok());
+  for (int64_t u = 0; u < 3; ++u) {
+    ASSERT_TRUE(e.Gather(u).ok());
+    for (int64_t t = 2 * u; t < 2 * u + 2; ++t) {
+      std::vector<float> got(4);
+      ASSERT_TRUE(e.ParamToFloat(t, got.data()).ok());
+      for (int64_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(got[static_cast<size_t>(i)], (*master)[static_cast<size_t>(4 * t + i)]);
+        EXPECT_NE(got[static_cast<size_t>(i)], PairInit(4 * t + i)) << "the step moved it";
+      }
+    }
+    ASSERT_TRUE(e.Release(u).ok());
+  }
+}
+
 }  // namespace
 }  // namespace zerod::engine

@@ -1,0 +1,382 @@
+// The C API over TrainerSession and ZeroEngine (zerod_c.h). Each function converts its arguments,
+// calls the C++ API and turns an absl::Status into a code plus a thread-local message; no
+// exception crosses the C boundary. JSON options are checked field by field, so a bad value is
+// INVALID_ARGUMENT naming the field, not a crash in the caller's Python.
+
+#include "client/c_api/zerod_c.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/layout_json.h"
+#include "client/trainer_session.h"
+#include "nlohmann/json.hpp"
+#include "runtime/common/status_macros.h"
+
+struct zerod_session {
+  std::unique_ptr<zerod::client::TrainerSession> session;
+  zerod::engine::ZeroEngine* engine = nullptr;
+};
+
+namespace {
+
+using nlohmann::json;
+using zerod::DType;
+
+thread_local std::string last_error;
+
+int Fail(const absl::Status& status) {
+  last_error = std::string(status.message());
+  return static_cast<int>(status.code());
+}
+
+int Report(const absl::Status& status) {
+  if (status.ok()) {
+    last_error.clear();
+    return 0;
+  }
+  return Fail(status);
+}
+
+absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentError(what); }
+
+// Reads an optional field of `object` into `out`, checking its JSON type.
+template <typename T>
+absl::Status Field(const json& object, const char* name, T& out) {
+  auto it = object.find(name);
+  if (it == object.end() || it->is_null()) return absl::OkStatus();
+  try {
+    out = it->get<T>();
+  } catch (const json::exception&) {
+    return Invalid(absl::StrCat(name, ": unexpected value ", it->dump()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DTypeField(const json& object, const char* name, DType& out) {
+  std::string text;
+  ZEROD_RETURN_IF_ERROR(Field(object, name, text));
+  if (text.empty()) return absl::OkStatus();
+  auto dtype = zerod::ParseDType(text);
+  if (!dtype.ok()) return Invalid(absl::StrCat(name, ": ", dtype.status().message()));
+  out = *dtype;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<json> ParseObject(const char* text, const char* what) {
+  if (text == nullptr) return Invalid(absl::StrCat(what, ": no options given"));
+  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object()) return Invalid(absl::StrCat(what, ": options are not a JSON object"));
+  return parsed;
+}
+
+absl::Status ParsePlanOptions(const json& plan, zerod::plan::PlanOptions& out) {
+  ZEROD_RETURN_IF_ERROR(Field(plan, "stage", out.stage));
+  ZEROD_RETURN_IF_ERROR(DTypeField(plan, "param_dtype", out.param_dtype));
+  ZEROD_RETURN_IF_ERROR(DTypeField(plan, "grad_dtype", out.grad_dtype));
+  std::string optimizer;
+  ZEROD_RETURN_IF_ERROR(Field(plan, "optimizer", optimizer));
+  if (optimizer == "adamw") {
+    out.optimizer = zerod::plan::Optimizer::kAdamW;
+  } else if (optimizer == "adam") {
+    out.optimizer = zerod::plan::Optimizer::kAdam;
+  } else if (!optimizer.empty()) {
+    return Invalid(absl::StrCat("optimizer: '", optimizer, "' is not adam or adamw"));
+  }
+  ZEROD_RETURN_IF_ERROR(Field(plan, "reduce_bucket_bytes", out.reduce_bucket_bytes));
+  ZEROD_RETURN_IF_ERROR(Field(plan, "bucket_buffers", out.bucket_buffers));
+  ZEROD_RETURN_IF_ERROR(Field(plan, "gather_unit_bytes", out.gather_unit_bytes));
+  ZEROD_RETURN_IF_ERROR(Field(plan, "prefetch_depth", out.prefetch_depth));
+  ZEROD_RETURN_IF_ERROR(Field(plan, "max_live_units", out.max_live_units));
+  ZEROD_RETURN_IF_ERROR(Field(plan, "partition_alignment_numel", out.partition_alignment_numel));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<zerod::client::SessionOptions> ParseSessionOptions(const char* text) {
+  ZEROD_ASSIGN_OR_RETURN(json o, ParseObject(text, "session"));
+  zerod::client::SessionOptions options;
+  ZEROD_RETURN_IF_ERROR(Field(o, "endpoint", options.endpoint));
+  ZEROD_RETURN_IF_ERROR(Field(o, "job", options.job_id));
+  ZEROD_RETURN_IF_ERROR(Field(o, "rank", options.rank));
+  ZEROD_RETURN_IF_ERROR(Field(o, "world_size", options.world_size));
+  ZEROD_RETURN_IF_ERROR(Field(o, "device", options.device));
+  ZEROD_RETURN_IF_ERROR(Field(o, "budget_bytes", options.budget_bytes));
+  ZEROD_RETURN_IF_ERROR(Field(o, "gather_communicator", options.gather_communicator));
+  double seconds = 0;
+  int64_t millis = 0;
+  ZEROD_RETURN_IF_ERROR(Field(o, "join_timeout_s", seconds));
+  if (seconds > 0) options.join_timeout = absl::Seconds(seconds);
+  seconds = 0;
+  ZEROD_RETURN_IF_ERROR(Field(o, "collective_timeout_s", seconds));
+  if (seconds > 0) options.collective_timeout = absl::Seconds(seconds);
+  ZEROD_RETURN_IF_ERROR(Field(o, "heartbeat_ms", millis));
+  if (millis > 0) options.heartbeat_interval = absl::Milliseconds(millis);
+  if (auto plan = o.find("plan"); plan != o.end()) {
+    if (!plan->is_object()) return Invalid("plan: expected an object");
+    ZEROD_RETURN_IF_ERROR(ParsePlanOptions(*plan, options.plan_options));
+  }
+  auto layout = o.find("layout");
+  if (layout == o.end()) return Invalid("layout: the model's tensors are missing");
+  auto tensors = zerod::client::ParseLayoutJson(layout->dump(), options.plan_options.param_dtype);
+  if (!tensors.ok()) return Invalid(absl::StrCat("layout: ", tensors.status().message()));
+  options.layout = *std::move(tensors);
+  return options;
+}
+
+// Checks a value the way torch.optim does, naming the field and the range expected.
+absl::Status InRange(const char* name, double value, double low, double high, bool high_open,
+                     const char* expected) {
+  if (!std::isfinite(value) || value < low || (high_open ? value >= high : value > high)) {
+    return Invalid(absl::StrCat(name, ": ", value, " is out of range (expected ", expected, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<zerod::engine::EngineOptions> ParseEngineOptions(const char* text) {
+  ZEROD_ASSIGN_OR_RETURN(json o, ParseObject(text, "engine"));
+  zerod::engine::EngineOptions options;
+  zerod::optim::AdamConfig& adam = options.adam;
+  ZEROD_RETURN_IF_ERROR(Field(o, "lr", adam.lr));
+  ZEROD_RETURN_IF_ERROR(Field(o, "beta1", adam.beta1));
+  ZEROD_RETURN_IF_ERROR(Field(o, "beta2", adam.beta2));
+  ZEROD_RETURN_IF_ERROR(Field(o, "eps", adam.eps));
+  ZEROD_RETURN_IF_ERROR(Field(o, "weight_decay", adam.weight_decay));
+  ZEROD_RETURN_IF_ERROR(Field(o, "adamw", adam.decoupled_weight_decay));
+  ZEROD_RETURN_IF_ERROR(Field(o, "max_grad_norm", options.max_grad_norm));
+  ZEROD_RETURN_IF_ERROR(Field(o, "accumulation_steps", options.accumulation_steps));
+  ZEROD_RETURN_IF_ERROR(Field(o, "threads", options.threads));
+  constexpr double kHuge = 1e300;
+  ZEROD_RETURN_IF_ERROR(InRange("lr", adam.lr, 0, kHuge, false, "lr >= 0"));
+  ZEROD_RETURN_IF_ERROR(InRange("beta1", adam.beta1, 0, 1, true, "0 <= beta1 < 1"));
+  ZEROD_RETURN_IF_ERROR(InRange("beta2", adam.beta2, 0, 1, true, "0 <= beta2 < 1"));
+  ZEROD_RETURN_IF_ERROR(InRange("eps", adam.eps, 0, kHuge, false, "eps >= 0"));
+  ZEROD_RETURN_IF_ERROR(
+      InRange("weight_decay", adam.weight_decay, 0, kHuge, false, "weight_decay >= 0"));
+  ZEROD_RETURN_IF_ERROR(
+      InRange("max_grad_norm", options.max_grad_norm, 0, kHuge, false, "max_grad_norm >= 0"));
+  if (options.accumulation_steps < 1) {
+    return Invalid(
+        absl::StrCat("accumulation_steps: ", options.accumulation_steps, " (expected at least 1)"));
+  }
+  if (options.threads < 1 || options.threads > 1024) {
+    return Invalid(absl::StrCat("threads: ", options.threads, " (expected 1 to 1024)"));
+  }
+  if (auto scale = o.find("loss_scale"); scale != o.end()) {
+    if (!scale->is_object()) return Invalid("loss_scale: expected an object");
+    zerod::engine::LossScaleOptions& ls = options.loss_scale;
+    ZEROD_RETURN_IF_ERROR(Field(*scale, "enabled", ls.enabled));
+    ZEROD_RETURN_IF_ERROR(Field(*scale, "initial_scale", ls.initial_scale));
+    ZEROD_RETURN_IF_ERROR(Field(*scale, "growth_interval", ls.growth_interval));
+    ZEROD_RETURN_IF_ERROR(Field(*scale, "hysteresis", ls.hysteresis));
+    ZEROD_RETURN_IF_ERROR(
+        InRange("initial_scale", ls.initial_scale, 1, kHuge, false, "initial_scale >= 1"));
+    if (ls.growth_interval < 1 || ls.hysteresis < 1) {
+      return Invalid("loss_scale: growth_interval and hysteresis must be at least 1");
+    }
+  }
+  return options;
+}
+
+absl::Status NeedEngine(const zerod_session* s) {
+  if (s == nullptr) return Invalid("no session (NULL)");
+  if (s->engine == nullptr) {
+    return absl::FailedPreconditionError("the session has no engine yet (zerod_engine_create)");
+  }
+  return absl::OkStatus();
+}
+
+// After engine work that the caller reads at once: on a GPU, the engine's stream must be done.
+absl::Status Synced(zerod_session* s, absl::Status status) {
+  if (!status.ok()) return status;
+  auto ops = s->session->device_ops();
+  return ops == nullptr ? absl::OkStatus() : ops->Synchronize();
+}
+
+int ReturnJson(const json& value, char** out) {
+  if (out == nullptr) return Fail(Invalid("no output pointer"));
+  const std::string text = value.dump();
+  *out = static_cast<char*>(std::malloc(text.size() + 1));
+  if (*out == nullptr) return Fail(absl::ResourceExhaustedError("out of memory"));
+  std::memcpy(*out, text.c_str(), text.size() + 1);
+  return Report(absl::OkStatus());
+}
+
+json MemoryJson(const zerod::plan::MemoryBreakdown& memory) {
+  json out = json::object();
+  for (int c = 0; c < zerod::plan::kMemoryCategoryCount; ++c) {
+    const auto category = static_cast<zerod::plan::MemoryCategory>(c);
+    out[std::string(zerod::plan::MemoryCategoryName(category))] = memory[category];
+  }
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* zerod_last_error(void) { return last_error.c_str(); }
+
+void zerod_free(char* text) { std::free(text); }
+
+int zerod_session_start(const char* options_json, zerod_session** out) {
+  if (out == nullptr) return Fail(Invalid("no output pointer"));
+  *out = nullptr;
+  auto options = ParseSessionOptions(options_json);
+  if (!options.ok()) return Fail(options.status());
+  auto session = zerod::client::TrainerSession::Start(*std::move(options));
+  if (!session.ok()) return Fail(session.status());
+  *out = new zerod_session{*std::move(session), nullptr};
+  return Report(absl::OkStatus());
+}
+
+void zerod_session_destroy(zerod_session* session) { delete session; }
+
+int zerod_session_leave(zerod_session* s) {
+  if (s == nullptr) return Fail(Invalid("no session (NULL)"));
+  return Report(s->session->Leave());
+}
+
+int zerod_session_describe(zerod_session* s, char** out) {
+  if (s == nullptr) return Fail(Invalid("no session (NULL)"));
+  const zerod::plan::ShardPlan& plan = *s->session->plan();
+  json units = json::array();
+  for (const zerod::plan::TensorPlacement& place : plan.placements())
+    units.push_back(place.segment);
+  json d = {{"rank", s->session->rank()},
+            {"world_size", s->session->world_size()},
+            {"generation", s->session->generation()},
+            {"job", s->session->job_id()},
+            {"device", s->session->device()},
+            {"stage", plan.stage()},
+            {"param_dtype", std::string(zerod::DTypeName(plan.options().param_dtype))},
+            {"grad_dtype", std::string(zerod::DTypeName(plan.options().grad_dtype))},
+            {"num_units", plan.segments().size()},
+            {"tensor_units", units},
+            {"total_numel", plan.total_numel()},
+            {"model_state_bytes", plan.MemoryForRank(s->session->rank()).ModelState()},
+            {"planned_bytes", plan.MemoryForRank(s->session->rank()).Total()},
+            {"memory", MemoryJson(plan.MemoryForRank(s->session->rank()))}};
+  return ReturnJson(d, out);
+}
+
+int zerod_engine_create(zerod_session* s, const char* options_json) {
+  if (s == nullptr) return Fail(Invalid("no session (NULL)"));
+  auto options = ParseEngineOptions(options_json);
+  if (!options.ok()) return Fail(options.status());
+  auto engine = s->session->CreateEngine(*std::move(options));
+  if (!engine.ok()) return Fail(engine.status());
+  s->engine = *engine;
+  return Report(absl::OkStatus());
+}
+
+int zerod_engine_init_from(zerod_session* s, int64_t root, const float* const* tensors) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  const int64_t count = static_cast<int64_t>(s->engine->plan().tensors().size());
+  if (s->engine->rank() == root && tensors == nullptr) {
+    return Fail(Invalid("the root rank gives no tensors"));
+  }
+  return Report(Synced(s, s->engine->InitParametersFrom(root, [&](int64_t t, float* out) {
+    if (t >= count || tensors[t] == nullptr) return;
+    const int64_t n = s->engine->plan().placements()[static_cast<size_t>(t)].numel;
+    std::memcpy(out, tensors[t], static_cast<size_t>(n) * sizeof(float));
+  })));
+}
+
+int zerod_engine_broadcast(zerod_session* s, float* values, int64_t count, int64_t root) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  if (values == nullptr && count > 0) return Fail(Invalid("no values (NULL)"));
+  return Report(s->engine->Broadcast(values, count, root));
+}
+
+int zerod_engine_gather(zerod_session* s, int64_t unit) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  return Report(Synced(s, s->engine->Gather(unit)));
+}
+
+int zerod_engine_release(zerod_session* s, int64_t unit) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  return Report(s->engine->Release(unit));
+}
+
+int zerod_engine_param(zerod_session* s, int64_t tensor, void** data) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  if (data == nullptr) return Fail(Invalid("no output pointer"));
+  auto view = s->engine->Param(tensor);
+  if (!view.ok()) return Fail(view.status());
+  *data = view->data;
+  return Report(absl::OkStatus());
+}
+
+int zerod_engine_accumulate_grad(zerod_session* s, int64_t tensor, const float* grad) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  if (grad == nullptr) return Fail(Invalid("no gradient (NULL)"));
+  return Report(s->engine->AccumulateGrad(tensor, grad));
+}
+
+int zerod_engine_step(zerod_session* s, double lr, int* applied, double* grad_norm,
+                      double* loss_scale) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  std::optional<double> rate;
+  if (lr >= 0) rate = lr;
+  auto result = s->engine->Step(rate);
+  if (!result.ok()) return Fail(result.status());
+  if (applied != nullptr) *applied = result->applied ? 1 : 0;
+  if (grad_norm != nullptr) *grad_norm = result->grad_norm;
+  if (loss_scale != nullptr) *loss_scale = result->loss_scale;
+  return Report(Synced(s, absl::OkStatus()));
+}
+
+int zerod_engine_loss_scale(zerod_session* s, double* scale) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  if (scale == nullptr) return Fail(Invalid("no output pointer"));
+  *scale = s->engine->loss_scale();
+  return Report(absl::OkStatus());
+}
+
+int zerod_engine_average(zerod_session* s, double value, double* mean) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  if (mean == nullptr) return Fail(Invalid("no output pointer"));
+  auto result = s->engine->Average(value);
+  if (!result.ok()) return Fail(result.status());
+  *mean = *result;
+  return Report(absl::OkStatus());
+}
+
+int zerod_engine_full_parameters(zerod_session* s, float* out, int64_t count) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  const int64_t total = s->engine->plan().total_numel();
+  if (out == nullptr || count != total) {
+    return Fail(Invalid(absl::StrCat("full parameters: the model has ", total,
+                                     " elements, the output holds ", count)));
+  }
+  auto full = s->engine->FullMasterParameters();
+  if (!full.ok()) return Fail(full.status());
+  std::memcpy(out, full->data(), static_cast<size_t>(total) * sizeof(float));
+  return Report(absl::OkStatus());
+}
+
+int zerod_engine_stats(zerod_session* s, char** out) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  json sent = json::object();
+  for (const auto& [name, bytes] : s->engine->BytesSent()) sent[name] = bytes;
+  json d = {{"step", s->engine->step()},
+            {"allocated_bytes", s->engine->AllocatedBytes()},
+            {"memory", MemoryJson(s->engine->MemoryByCategory())},
+            {"model_state_bytes", s->engine->MemoryByCategory().ModelState()},
+            {"bytes_sent", sent}};
+  return ReturnJson(d, out);
+}
+
+int zerod_engine_synchronize(zerod_session* s) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  return Report(Synced(s, absl::OkStatus()));
+}
+
+}  // extern "C"

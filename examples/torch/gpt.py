@@ -1,0 +1,152 @@
+"""Trains the GPT of gpt_model.py character by character on a text file, under zerod.torch.
+
+    zerod --socket /tmp/zerod.sock --listen "" --data-dir /tmp/zerod-data &
+    ZEROD_ENDPOINT=unix:///tmp/zerod.sock PYTHONPATH=python \\
+        build/bin/zerorun -n 2 --job gpt1 -- /usr/bin/python3 examples/torch/gpt.py --stage 3
+    PYTHONPATH=python /usr/bin/python3 examples/torch/gpt.py --reference   # unsharded, no zerod
+
+Every rank builds the same model and reads the same global batch of each step, then takes its
+own rows of it; gradients are averaged over the ranks, so N ranks train as one process on the
+whole batch would (--reference is that process). Rank 0 prints `step S loss L time T ms` per step
+(the loss averaged over the ranks: the global batch's) and, at the end, one JSON line.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_model import GPT, Block, CharData, loss_fn  # noqa: E402
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--stage", default="3", choices=["0", "1", "2", "3", "auto"])
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--batch", type=int, default=8, help="global batch (divides by world size)")
+    p.add_argument("--context", type=int, default=64)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
+    p.add_argument("--units", default="block", choices=["block", "module"],
+                   help="stage-3 gather units: each transformer block, or every module")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (each rank its GPU)")
+    p.add_argument("--sample", type=int, default=0, help="characters to generate after training")
+    p.add_argument("--reference", action="store_true",
+                   help="train unsharded in this one process (torch.optim.AdamW), without zerod")
+    args = p.parse_args()
+    args.stage = args.stage if args.stage == "auto" else int(args.stage)
+    if args.reference and args.dtype != "fp32":
+        p.error("--reference trains in fp32 only")
+    if args.dtype == "fp16" and not fp16_layer_norm_works(args.device):
+        p.error(f"--dtype fp16: this torch has no fp16 LayerNorm on {args.device} (torch 1.x "
+                "on the CPU): use bf16, or --device cuda")
+    return p, args
+
+
+def fp16_layer_norm_works(device):
+    try:
+        torch.nn.functional.layer_norm(torch.ones(1, 2, dtype=torch.half, device=device), (2,))
+        return True
+    except RuntimeError:
+        return False
+
+
+@torch.no_grad()
+def generate(model, data, count, context, device):
+    """Greedy decoding from a newline. At stage 3 each forward is collective (it gathers the
+    units), so every rank must call this with the same count, even though only rank 0 prints."""
+    start = data.chars.index("\n") if "\n" in data.chars else 0
+    idx = torch.tensor([[start]], device=device)
+    for _ in range(count):
+        logits = model(idx[:, -context:])
+        idx = torch.cat([idx, logits[:, -1].float().argmax(-1, keepdim=True)], dim=1)
+    return "".join(data.chars[i] for i in idx[0, 1:].tolist())
+
+
+def main():
+    parser, args = parse_args()
+    data = CharData(args.text)
+    torch.manual_seed(args.seed)
+    model = GPT(data.vocab, args.context, args.width, args.layers, args.heads)
+    params = sum(p.numel() for p in model.parameters())  # the tied weight counts once
+
+    if args.device.startswith("cuda") and "ZEROD_LOCAL_RANK" in os.environ:
+        # One GPU per local rank, as zerorun numbers them (torchrun's LOCAL_RANK).
+        args.device = f"cuda:{int(os.environ['ZEROD_LOCAL_RANK']) % torch.cuda.device_count()}"
+    model.to(args.device)
+    if args.reference:
+        zt = None
+        rank, world = 0, 1
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        average, backward = float, torch.Tensor.backward
+    else:
+        import zerod.torch as zt
+        rank, world = zt.rank(), zt.world_size()  # from zerorun's environment, before joining
+        if args.batch % world:
+            parser.error(f"--batch {args.batch} does not divide by the world size {world}")
+        # --units block: each Block is one gather unit (one gather of all its tensors per
+        # forward and per backward at stage 3). Parameters outside any Block (wte, wpe, ln_f and
+        # the head) fall into the root's unit, which stays gathered through the whole forward:
+        # it has to, since the head's weight IS wte's weight (tied), used at the start and at
+        # the end of GPT.forward, so only a unit enclosing both uses can hold it. "module" makes
+        # every module with parameters a unit (the tied weight still goes to the root).
+        units = {Block} if args.units == "block" else None
+        model, opt = zt.shard(model, stage=args.stage, dtype=args.dtype, lr=args.lr,
+                              weight_decay=args.weight_decay, optimizer="adamw", units=units)
+        average, backward = zt.average, opt.backward  # opt.backward scales the loss for fp16
+
+    local = args.batch // world
+    times, loss, sent_after_first = [], float("nan"), 0
+    for step in range(args.steps):
+        start = time.perf_counter()
+        x, y = data.batch(step, args.batch, args.context, args.seed)  # the global batch
+        x, y = x[rank * local:(rank + 1) * local], y[rank * local:(rank + 1) * local]
+        x, y = x.to(args.device), y.to(args.device)
+        opt.zero_grad()
+        local_loss = loss_fn(model(x), y)
+        backward(local_loss)
+        opt.step()
+        loss = average(local_loss.item())  # a collective: also waits for the slowest rank
+        times.append((time.perf_counter() - start) * 1000)
+        if rank == 0:
+            print(f"step {step} loss {loss:.6f} time {times[-1]:.1f} ms", flush=True)
+        if zt is not None and step == 0:
+            sent_after_first = sum(zt.memory_stats()["bytes_sent"].values())
+
+    result = {"final_loss": loss, "stage": None if zt is None else args.stage,
+              "world_size": world, "dtype": args.dtype, "params": params,
+              "step_time_ms": round(statistics.median(times[1:] or times), 3) if times else None}
+    if zt is None:
+        result["reference"] = True
+    else:
+        stats = zt.memory_stats()
+        # bytes_sent counts every collective since joining (the initial broadcast too): the
+        # steps after the first give the steady state.
+        sent = sum(stats["bytes_sent"].values()) - sent_after_first
+        result.update(stage=stats["stage"],
+                      model_state_bytes_per_rank=stats["model_state_bytes"],
+                      allocated_bytes_per_rank=stats["allocated_bytes"],
+                      bytes_sent_per_step=sent // max(1, args.steps - 1))
+    if args.sample > 0:
+        text = generate(model, data, args.sample, args.context, args.device)
+        if rank == 0:
+            print(text, flush=True)
+    if rank == 0:
+        print(json.dumps(result), flush=True)  # the last line
+    if zt is not None:
+        zt.shutdown()
+
+
+if __name__ == "__main__":
+    main()

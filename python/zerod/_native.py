@@ -1,0 +1,187 @@
+"""ctypes binding of libzerod_c.so (client/c_api/zerod_c.h).
+
+One shared library with a C ABI serves every Python and torch version (no compiled extension
+module to rebuild per interpreter). Every call that fails raises ZerodError with the library's
+status code and message.
+"""
+
+import ctypes
+import json
+import os
+import pathlib
+
+# absl::StatusCode values the front end tells apart.
+INVALID_ARGUMENT = 3
+FAILED_PRECONDITION = 9
+UNAVAILABLE = 14
+
+_CODE_NAMES = {
+    1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
+    6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED",
+    9: "FAILED_PRECONDITION", 10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED",
+    13: "INTERNAL", 14: "UNAVAILABLE", 15: "DATA_LOSS", 16: "UNAUTHENTICATED",
+}
+
+
+class ZerodError(RuntimeError):
+    """A failed zerod call: `code` is the status code, the message says what went wrong."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.code_name = _CODE_NAMES.get(code, str(code))
+
+
+def _library_path():
+    explicit = os.environ.get("ZEROD_LIB")
+    if explicit:
+        if not os.path.exists(explicit):
+            raise ZerodError(5, f"ZEROD_LIB={explicit}: no such file")
+        return explicit
+    root = pathlib.Path(__file__).resolve().parents[2]  # python/zerod/_native.py -> repository
+    build = os.environ.get("ZEROD_BUILD_DIR", "build")
+    candidate = pathlib.Path(build)
+    if not candidate.is_absolute():
+        candidate = root / candidate
+    candidate = candidate / "lib" / "libzerod_c.so"
+    if not candidate.exists():
+        raise ZerodError(5, f"libzerod_c.so is not built: expected {candidate} (run "
+                            "scripts/build.sh zerod_c, or set ZEROD_LIB to the library)")
+    return str(candidate)
+
+
+_lib = None
+_c_float_p = ctypes.POINTER(ctypes.c_float)
+
+
+def _declare(lib):
+    s = ctypes.c_void_p
+    i64 = ctypes.c_int64
+    d = ctypes.c_double
+    table = {
+        "zerod_last_error": (ctypes.c_char_p, []),
+        "zerod_free": (None, [ctypes.c_void_p]),
+        "zerod_session_start": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(s)]),
+        "zerod_session_destroy": (None, [s]),
+        "zerod_session_leave": (ctypes.c_int, [s]),
+        "zerod_session_describe": (ctypes.c_int, [s, ctypes.POINTER(ctypes.c_void_p)]),
+        "zerod_engine_create": (ctypes.c_int, [s, ctypes.c_char_p]),
+        "zerod_engine_init_from": (ctypes.c_int, [s, i64, ctypes.POINTER(ctypes.c_void_p)]),
+        "zerod_engine_broadcast": (ctypes.c_int, [s, ctypes.c_void_p, i64, i64]),
+        "zerod_engine_gather": (ctypes.c_int, [s, i64]),
+        "zerod_engine_release": (ctypes.c_int, [s, i64]),
+        "zerod_engine_param": (ctypes.c_int, [s, i64, ctypes.POINTER(ctypes.c_void_p)]),
+        "zerod_engine_accumulate_grad": (ctypes.c_int, [s, i64, ctypes.c_void_p]),
+        "zerod_engine_step": (ctypes.c_int, [s, d, ctypes.POINTER(ctypes.c_int),
+                                             ctypes.POINTER(d), ctypes.POINTER(d)]),
+        "zerod_engine_loss_scale": (ctypes.c_int, [s, ctypes.POINTER(d)]),
+        "zerod_engine_average": (ctypes.c_int, [s, d, ctypes.POINTER(d)]),
+        "zerod_engine_full_parameters": (ctypes.c_int, [s, ctypes.c_void_p, i64]),
+        "zerod_engine_stats": (ctypes.c_int, [s, ctypes.POINTER(ctypes.c_void_p)]),
+        "zerod_engine_synchronize": (ctypes.c_int, [s]),
+    }
+    for name, (restype, argtypes) in table.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def library():
+    global _lib
+    if _lib is None:
+        lib = ctypes.CDLL(_library_path())
+        _declare(lib)
+        _lib = lib
+    return _lib
+
+
+def _check(code):
+    if code != 0:
+        message = library().zerod_last_error().decode("utf-8", "replace")
+        raise ZerodError(code, message)
+
+
+def _json_out(fn, handle):
+    out = ctypes.c_void_p()
+    _check(fn(handle, ctypes.byref(out)))
+    try:
+        return json.loads(ctypes.string_at(out.value).decode())
+    finally:
+        library().zerod_free(out)
+
+
+class Session:
+    """A TrainerSession and its engine (zerod_c.h), one per process."""
+
+    def __init__(self, options):
+        lib = library()
+        handle = ctypes.c_void_p()
+        _check(lib.zerod_session_start(json.dumps(options).encode(), ctypes.byref(handle)))
+        self._handle = handle
+        self._lib = lib
+
+    def describe(self):
+        return _json_out(self._lib.zerod_session_describe, self._handle)
+
+    def create_engine(self, options):
+        _check(self._lib.zerod_engine_create(self._handle, json.dumps(options).encode()))
+
+    def init_from(self, root, pointers):
+        """pointers: host fp32 addresses, one per tensor (ignored off the root)."""
+        array = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        _check(self._lib.zerod_engine_init_from(self._handle, root, array))
+
+    def broadcast(self, pointer, count, root):
+        """Rank `root`'s `count` host floats at `pointer` into every rank's (a collective)."""
+        _check(self._lib.zerod_engine_broadcast(self._handle, pointer, count, root))
+
+    def gather(self, unit):
+        _check(self._lib.zerod_engine_gather(self._handle, unit))
+
+    def release(self, unit):
+        _check(self._lib.zerod_engine_release(self._handle, unit))
+
+    def param(self, tensor):
+        out = ctypes.c_void_p()
+        _check(self._lib.zerod_engine_param(self._handle, tensor, ctypes.byref(out)))
+        return out.value
+
+    def accumulate_grad(self, tensor, pointer):
+        _check(self._lib.zerod_engine_accumulate_grad(self._handle, tensor, pointer))
+
+    def step(self, lr=None):
+        applied = ctypes.c_int()
+        norm = ctypes.c_double()
+        scale = ctypes.c_double()
+        _check(self._lib.zerod_engine_step(self._handle, -1.0 if lr is None else float(lr),
+                                           ctypes.byref(applied), ctypes.byref(norm),
+                                           ctypes.byref(scale)))
+        return bool(applied.value), norm.value, scale.value
+
+    def loss_scale(self):
+        out = ctypes.c_double()
+        _check(self._lib.zerod_engine_loss_scale(self._handle, ctypes.byref(out)))
+        return out.value
+
+    def average(self, value):
+        out = ctypes.c_double()
+        _check(self._lib.zerod_engine_average(self._handle, float(value), ctypes.byref(out)))
+        return out.value
+
+    def full_parameters(self, pointer, count):
+        _check(self._lib.zerod_engine_full_parameters(self._handle, pointer, count))
+
+    def stats(self):
+        return _json_out(self._lib.zerod_engine_stats, self._handle)
+
+    def synchronize(self):
+        _check(self._lib.zerod_engine_synchronize(self._handle))
+
+    def leave(self):
+        if self._handle.value:
+            _check(self._lib.zerod_session_leave(self._handle))
+
+    def close(self):
+        if self._handle.value:
+            self._lib.zerod_session_destroy(self._handle)
+            self._handle = ctypes.c_void_p()

@@ -1,0 +1,339 @@
+"""zerod.torch: train any torch.nn.Module with ZeRO stages 0-3 under a zerod coordinator.
+
+    import zerod.torch as zt
+    model, opt = zt.shard(model, stage=3, dtype="fp32", lr=1e-3, optimizer="adamw")
+    for x, y in my_rank_batches:            # each rank its own part of the global batch
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    state = zt.full_state_dict(model)       # every rank calls it
+
+Launched as `zerorun -n N -- /usr/bin/python3 train.py` (zerorun sets the ZEROD_* environment
+zt.shard joins from). Gradients are averaged over ranks as torch DDP does, and rank 0's initial
+parameters are everyone's.
+"""
+
+import atexit
+import collections
+import os
+
+import torch
+
+from zerod._native import INVALID_ARGUMENT, FAILED_PRECONDITION, Session, ZerodError
+from zerod.torch import _layout
+from zerod.torch._memory import DTYPES
+from zerod.torch._runtime import Runtime
+
+__all__ = ["shard", "rank", "world_size", "full_state_dict", "average", "memory_stats",
+           "shutdown", "ZeroOptimizer", "ZerodError"]
+
+_runtime = None  # one session per process
+_STAGES = (0, 1, 2, 3, "auto")
+_OPTIMIZERS = ("adam", "adamw")
+
+
+def _bad(message):
+    return ZerodError(INVALID_ARGUMENT, f"zt.shard: {message}")
+
+
+def _check_arguments(stage, dtype, lr, betas, eps, weight_decay, optimizer, max_grad_norm,
+                     gradient_accumulation_steps, prefetch):
+    if stage not in _STAGES or isinstance(stage, bool):
+        raise _bad(f"unknown stage {stage!r} (expected 0, 1, 2, 3 or 'auto')")
+    if dtype not in DTYPES:
+        raise _bad(f"unknown dtype {dtype!r} (expected 'fp32', 'bf16' or 'fp16')")
+    if optimizer not in _OPTIMIZERS:
+        raise _bad(f"unknown optimizer {optimizer!r} (expected 'adam' or 'adamw')")
+    if not 0.0 <= lr:
+        raise _bad(f"invalid learning rate: {lr} (expected lr >= 0)")
+    if not 0.0 <= eps:
+        raise _bad(f"invalid epsilon value: {eps} (expected eps >= 0)")
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise _bad(f"invalid betas: {betas} (expected two values in [0, 1))")
+    if not 0.0 <= weight_decay:
+        raise _bad(f"invalid weight_decay value: {weight_decay} (expected >= 0)")
+    if not 0.0 <= max_grad_norm:
+        raise _bad(f"invalid max_grad_norm: {max_grad_norm} (expected >= 0; 0 turns clipping off)")
+    if int(gradient_accumulation_steps) != gradient_accumulation_steps or \
+            gradient_accumulation_steps < 1:
+        raise _bad(f"gradient_accumulation_steps must be a positive integer, not "
+                   f"{gradient_accumulation_steps!r}")
+    if int(prefetch) != prefetch or prefetch < 0:
+        raise _bad(f"prefetch must be a non-negative integer, not {prefetch!r}")
+
+
+def _device_of(model, trainable, device):
+    devices = collections.OrderedDict()
+    for e in trainable:
+        devices.setdefault(e.param.device, e.name)
+    if not devices:
+        raise _bad("the module has no trainable parameters (all are frozen or there are none)")
+    if len(devices) > 1:
+        (d0, n0), (d1, n1) = list(devices.items())[:2]
+        raise _bad(f"parameters are on several devices: '{n0}' on {d0}, '{n1}' on {d1}; move "
+                   "the whole module to one device (model.to(device)) before zt.shard")
+    found = next(iter(devices))
+    if found.type not in ("cpu", "cuda"):
+        raise _bad(f"parameter '{devices[found]}' is on {found}: zerod trains on cpu or cuda")
+    if device is not None and torch.device(device) != found:
+        raise _bad(f"parameter '{devices[found]}' is on {found}, but device={device!r} was asked"
+                   f"; move the module first (model.to({str(device)!r}))")
+    if found.type == "cuda" and found.index is None:
+        found = torch.device("cuda", torch.cuda.current_device())
+    return found
+
+
+def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+          weight_decay=0.0, optimizer="adamw", max_grad_norm=0.0, *,
+          gradient_accumulation_steps=1, units=None, prefetch=1, max_live_units=None,
+          bucket_cap_mb=64, gather_unit_mb=64, budget=None, initial_scale_power=16,
+          cast_forward_inputs=True, threads=None, device=None, job=None, rank=None,
+          world_size=None, endpoint=None, collective_timeout=120.0):
+    """Joins the zerod job, shards `model` under the coordinator's plan and returns
+    (model, optimizer). The module is changed in place: its trainable parameters become views of
+    zerod's memory (at stage 3, only while their unit runs).
+
+    stage: 0, 1, 2, 3, or "auto" (the lowest stage whose memory fits `budget` bytes per rank).
+    dtype: "fp32", "bf16" or "fp16" (parameters and gradients; Adam's state is fp32; fp16 adds
+      dynamic loss scaling starting at 2**initial_scale_power: call opt.backward(loss)).
+    optimizer: "adamw" (decoupled weight decay, torch.optim.AdamW) or "adam" (torch.optim.Adam).
+    max_grad_norm: clip by the global norm when > 0 (torch.nn.utils.clip_grad_norm_).
+    gradient_accumulation_steps: backward passes per opt.step(); gradients are averaged over
+      them and over the ranks.
+    units (stage 3): which modules are gather units: module classes (as FSDP's
+      transformer_auto_wrap_policy), or a callable(name, module) -> bool; by default every
+      module that holds parameters. Parameters outside any unit belong to the root's unit.
+    prefetch: units gathered ahead (stage 3); max_live_units: gathered units held at once
+      (default: the units' nesting depth + prefetch + 1).
+    bucket_cap_mb: gradient reduction buckets (DDP's bucket_cap_mb); gather_unit_mb: the
+      largest unit formed by size when units are not labelled.
+    cast_forward_inputs: with bf16/fp16, floating-point inputs of model(...) are cast to it.
+    job, rank, world_size, endpoint: default to $ZEROD_JOB, $ZEROD_RANK, $ZEROD_WORLD_SIZE and
+      $ZEROD_ENDPOINT (zerorun sets them).
+    """
+    global _runtime
+    if _runtime is not None:
+        raise ZerodError(FAILED_PRECONDITION, (
+            "zt.shard: called twice; a process takes part in one zerod job with one module "
+            "(shard the module that holds every trainable part, once)"))
+    if not isinstance(model, torch.nn.Module):
+        raise _bad(f"expected a torch.nn.Module, got {type(model).__name__}")
+    if hasattr(model, "_zerod_runtime"):
+        raise ZerodError(FAILED_PRECONDITION, "zt.shard: this module was sharded already")
+    _check_arguments(stage, dtype, lr, betas, eps, weight_decay, optimizer, max_grad_norm,
+                     gradient_accumulation_steps, prefetch)
+    trainable, frozen = _layout.collect(model, units)
+    dev = _device_of(model, trainable, device)
+    for e in trainable:
+        if not e.param.is_floating_point():
+            raise _bad(f"parameter '{e.name}' is {e.param.dtype}: only floating-point "
+                       "parameters can be trained")
+        if e.param.layout != torch.strided:
+            raise _bad(f"parameter '{e.name}' is {e.param.layout}: zerod shards dense tensors")
+
+    labelled = stage in (3, "auto")
+    layout = [{"name": e.name, "shape": list(e.param.shape), "dtype": dtype,
+               **({"unit": _layout.unit_label(e.unit)} if labelled else {})} for e in trainable]
+    if max_live_units is None:
+        max_live_units = _layout.nesting_depth(trainable) + prefetch + 1
+    plan = {"stage": -1 if stage == "auto" else stage, "param_dtype": dtype, "grad_dtype": dtype,
+            "optimizer": optimizer, "reduce_bucket_bytes": int(bucket_cap_mb * 2**20),
+            "gather_unit_bytes": int(gather_unit_mb * 2**20), "prefetch_depth": int(prefetch),
+            "max_live_units": int(max_live_units)}
+    device_name = "cpu" if dev.type == "cpu" else f"cuda:{dev.index}"
+    options = {"layout": layout, "plan": plan, "device": device_name,
+               "collective_timeout_s": float(collective_timeout)}
+    if budget is not None:
+        options["budget_bytes"] = int(budget)
+    for key, value in (("job", job), ("rank", rank), ("world_size", world_size),
+                       ("endpoint", endpoint)):
+        if value is not None:
+            options[key] = value
+
+    session = Session(options)
+    try:
+        info = session.describe()
+        loss_scaling = info["param_dtype"] == "fp16"
+        engine = {"lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps,
+                  "weight_decay": weight_decay, "adamw": optimizer == "adamw",
+                  "max_grad_norm": max_grad_norm,
+                  "accumulation_steps": int(gradient_accumulation_steps),
+                  "threads": int(threads or max(1, min(8, (os.cpu_count() or 1)))),
+                  "loss_scale": {"enabled": loss_scaling,
+                                 "initial_scale": float(2 ** initial_scale_power)}}
+        session.create_engine(engine)
+        # Rank 0's values are everyone's (DDP broadcasts its module the same way).
+        host = [e.param.detach().to("cpu", torch.float32).contiguous() for e in trainable]
+        session.init_from(0, [t.data_ptr() for t in host])
+        del host
+        _broadcast_module_state(session, frozen, model)
+        compute = DTYPES[info["param_dtype"]]
+        if compute != torch.float32:
+            # The parameters become 16-bit views; frozen parameters and floating buffers follow,
+            # as DeepSpeed's module.half()/bfloat16() does, so the forward sees one dtype.
+            for _, p in frozen:
+                p.data = p.data.to(compute)
+            for b in model.buffers():
+                if b.is_floating_point():
+                    b.data = b.data.to(compute)
+        config = {"device": dev, "accumulation_steps": int(gradient_accumulation_steps),
+                  "loss_scaling": loss_scaling, "cast_forward_inputs": cast_forward_inputs}
+        runtime = Runtime(model, trainable, session, info, config)
+        runtime.bind()
+    except BaseException:
+        session.close()
+        raise
+    runtime.frozen = frozen
+    _runtime = runtime
+    model._zerod_runtime = runtime
+    atexit.register(shutdown)
+    opt = ZeroOptimizer(runtime, [e.param for e in trainable],
+                        dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+    return model, opt
+
+
+def _broadcast_module_state(session, frozen, model):
+    """Rank 0's frozen parameters and floating-point buffers to every rank (DDP broadcasts its
+    module's state at construction too), in one fp32 collective."""
+    tensors = [p for _, p in frozen] + [b for b in model.buffers() if b.is_floating_point()]
+    if not tensors:
+        return
+    flat = torch.cat([t.detach().to("cpu", torch.float32).reshape(-1) for t in tensors])
+    session.broadcast(flat.data_ptr(), flat.numel(), 0)
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            n = t.numel()
+            t.copy_(flat[offset:offset + n].view(t.shape))
+            offset += n
+
+
+class ZeroOptimizer(torch.optim.Optimizer):
+    """The sharded Adam/AdamW: each rank updates its shard of the fp32 state, inside zerod.
+
+    param_groups[0]["lr"] is read at every step, so torch's LR schedulers work; the other
+    hyper-parameters are fixed at zt.shard."""
+
+    def __init__(self, runtime, params, defaults):
+        self._runtime = runtime
+        super().__init__(params, defaults)
+        self.last_grad_norm = 0.0
+        self.last_step_applied = True
+
+    def add_param_group(self, param_group):
+        if self.param_groups:
+            raise ZerodError(FAILED_PRECONDITION, (
+                "zerod: ZeroOptimizer has one parameter group (the module given to zt.shard)"))
+        super().add_param_group(param_group)
+
+    @property
+    def loss_scale(self):
+        return self._runtime.session.loss_scale()
+
+    def backward(self, loss):
+        """loss.backward() with the loss multiplied by the loss scale (needed with fp16)."""
+        rt = self._runtime
+        if rt.loss_scaling:
+            rt.scaled_backward = True
+            loss = loss * rt.session.loss_scale()
+        loss.backward()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        applied, norm, _ = self._runtime.step(self.param_groups[0]["lr"])
+        self.last_step_applied = applied
+        self.last_grad_norm = norm
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.param_groups[0]["params"]:
+            p.grad = None  # gradients live in zerod's buffers; torch holds none between steps
+
+    def state_dict(self):
+        raise ZerodError(FAILED_PRECONDITION, (
+            "zerod: the optimizer state is sharded across ranks; zt.full_state_dict(model) gives "
+            "the parameters (sharded checkpoints of the optimizer state are not built yet)"))
+
+    def load_state_dict(self, state_dict):
+        self.state_dict()
+
+
+def _require():
+    if _runtime is None:
+        raise ZerodError(FAILED_PRECONDITION, "zerod: no job yet (call zt.shard first)")
+    return _runtime
+
+
+def _env_int(name):
+    value = os.environ.get(name)
+    if value is None:
+        raise ZerodError(FAILED_PRECONDITION, (
+            f"zerod: {name} is not set and zt.shard has not joined a job yet; launch with "
+            "zerorun, or call zt.shard first"))
+    return int(value)
+
+
+def rank():
+    """This process's rank: the job's once zt.shard has joined, else $ZEROD_RANK."""
+    return _runtime.info["rank"] if _runtime is not None else _env_int("ZEROD_RANK")
+
+
+def world_size():
+    """The job's number of ranks: once joined the plan's, else $ZEROD_WORLD_SIZE."""
+    return _runtime.info["world_size"] if _runtime is not None else _env_int("ZEROD_WORLD_SIZE")
+
+
+def average(value):
+    """The mean of a number over the ranks (a collective: every rank calls it)."""
+    return _require().session.average(float(value))
+
+
+def full_state_dict(model):
+    """The unsharded model as model.state_dict() would give it unsharded: trainable parameters
+    in fp32 from zerod's master copy, frozen parameters and buffers as they are, on the CPU.
+    A collective: every rank calls it."""
+    rt = getattr(model, "_zerod_runtime", None)
+    if rt is None:
+        raise ZerodError(FAILED_PRECONDITION, "zt.full_state_dict: the module was not sharded")
+    flat = torch.empty(rt.info["total_numel"], dtype=torch.float32)
+    rt.session.full_parameters(flat.data_ptr(), flat.numel())
+    pieces = {}
+    offset = 0
+    for e in rt.trainable:
+        n = rt.numels[e.index]
+        pieces[id(e.param)] = flat[offset:offset + n].view(rt.shapes[e.index])
+        offset += n
+    state = collections.OrderedDict()
+    for name, value in model.state_dict(keep_vars=True).items():
+        full = pieces.get(id(value))
+        state[name] = full if full is not None else value.detach().to("cpu").clone()
+    return state
+
+
+def memory_stats():
+    """What this rank's engine holds and has sent, beside the plan: step, allocated_bytes,
+    model_state_bytes, memory by category, bytes_sent by collective, and the plan's figures."""
+    rt = _require()
+    stats = rt.session.stats()
+    stats["planned_bytes"] = rt.info["planned_bytes"]
+    stats["planned_memory"] = rt.info["memory"]
+    stats["stage"] = rt.stage
+    return stats
+
+
+def shutdown():
+    """Leaves the job and frees zerod's memory (also run at exit). The module is unusable after."""
+    global _runtime
+    rt = _runtime
+    if rt is None:
+        return
+    _runtime = None
+    try:
+        rt.session.leave()
+    finally:
+        rt.session.close()

@@ -1,0 +1,115 @@
+"""What zt.shard sends to the coordinator: the module's trainable parameters, in the order the
+plan lays them out, and (stage 3) the gather unit each belongs to.
+
+A parameter belongs to the module(s) that hold it as an attribute. Its gather unit is the nearest
+enclosing module that the `units` rule accepts (by default every module that holds parameters
+itself); a parameter held by several modules (tied weights) goes to the innermost module that
+encloses all of them, so the unit is gathered for every forward that uses it. Parameters of one
+unit are consecutive in the layout (the plan forms a unit from a run of tensors with one label),
+units in the order of the module tree.
+"""
+
+import collections
+
+ROOT_UNIT = "<root>"
+
+
+class TrainableParameter:
+    __slots__ = ("index", "name", "param", "owners", "unit")
+
+    def __init__(self, name, param):
+        self.index = -1  # position in the layout, once ordered
+        self.name = name  # first qualified name, as model.named_parameters() gives it
+        self.param = param
+        self.owners = []  # qualified names of the modules that hold it
+        self.unit = ""  # qualified name of its unit module ("" = the root)
+
+
+def _common_prefix(names):
+    """The innermost module enclosing every module named (qualified names, "" = root)."""
+    split = [n.split(".") if n else [] for n in names]
+    common = []
+    for parts in zip(*split):
+        if all(p == parts[0] for p in parts):
+            common.append(parts[0])
+        else:
+            break
+    return ".".join(common)
+
+
+def _unit_rule(units):
+    """units: None (every module holding parameters), an iterable of module classes, or a
+    callable(name, module) -> bool."""
+    if units is None:
+        return lambda name, module: len(module._parameters) > 0
+    if callable(units) and not isinstance(units, type):
+        return units
+    classes = tuple(units) if not isinstance(units, type) else (units,)
+    for c in classes:
+        if not isinstance(c, type):
+            raise TypeError(f"zt.shard: units= takes module classes or a callable, not {c!r}")
+    return lambda name, module: isinstance(module, classes)
+
+
+def collect(model, units=None):
+    """Returns (trainable, frozen): trainable TrainableParameter in layout order, frozen the
+    (name, parameter) pairs that stay as they are."""
+    modules = dict(model.named_modules())
+    by_id = collections.OrderedDict()
+    frozen = []
+    seen_frozen = set()
+    for module_name, module in modules.items():
+        for attr, p in module._parameters.items():
+            if p is None:
+                continue
+            qualified = f"{module_name}.{attr}" if module_name else attr
+            if not p.requires_grad:
+                if id(p) not in seen_frozen:
+                    seen_frozen.add(id(p))
+                    frozen.append((qualified, p))
+                continue
+            entry = by_id.get(id(p))
+            if entry is None:
+                entry = by_id[id(p)] = TrainableParameter(qualified, p)
+            entry.owners.append(module_name)
+
+    accept = _unit_rule(units)
+    order = {name: i for i, name in enumerate(modules)}
+
+    def unit_of(module_name):
+        # The nearest enclosing module the rule accepts; the root when none does.
+        parts = module_name.split(".") if module_name else []
+        while parts:
+            name = ".".join(parts)
+            if accept(name, modules[name]):
+                return name
+            parts.pop()
+        return ""
+
+    for entry in by_id.values():
+        unit_names = [unit_of(owner) for owner in entry.owners]
+        entry.unit = unit_names[0] if len(set(unit_names)) == 1 else _common_prefix(unit_names)
+        # The common prefix of tied owners may not be a unit the rule accepts: go outwards.
+        if entry.unit and not accept(entry.unit, modules[entry.unit]):
+            entry.unit = unit_of(entry.unit)
+
+    trainable = list(by_id.values())
+    # Stable: parameters keep their order inside a unit; units follow the module tree.
+    trainable.sort(key=lambda e: order[e.unit])
+    for i, entry in enumerate(trainable):
+        entry.index = i
+    return trainable, frozen
+
+
+def unit_label(unit):
+    return unit if unit else ROOT_UNIT
+
+
+def nesting_depth(trainable):
+    """The most units that enclose one another (a root unit around a layer's unit is 2)."""
+    names = {e.unit for e in trainable}
+    depth = 1
+    for name in names:
+        enclosing = [o for o in names if o != name and (o == "" or name.startswith(o + "."))]
+        depth = max(depth, 1 + len(enclosing))
+    return depth

@@ -1,0 +1,359 @@
+"""The torch side of one rank: binds a module's parameters to the engine's memory and drives the
+engine from torch's forward and backward.
+
+- Stages 0-2: every trainable parameter is a view of the engine's parameter buffer (fp32, or the
+  bf16/fp16 copy Adam writes); nothing moves in forward.
+- Stage 3: a unit's parameters are views of a gather buffer from the unit's forward pre-hook to
+  its forward hook, and again from the first gradient of its outputs until every one of its
+  parameters has its gradient; otherwise each holds an empty placeholder (no memory). Saved
+  activations that are views of a gathered parameter are packed as (parameter, geometry) and
+  rebuilt from the parameter when backward needs them, since the gather buffer they pointed to may
+  hold another unit by then (gathering again if it must).
+- Gradients: a hook on each parameter's AccumulateGrad node fires once per backward, after every
+  use has contributed; the gradient goes to the engine as fp32 (whole segments at stages 2-3, so
+  a bucket fills at a time) and p.grad is cleared. At the end of backward, parameters that got
+  no gradient contribute zeros, so every rank reduces the same tensors in the same order.
+"""
+
+import collections
+
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+
+from zerod._native import ZerodError, FAILED_PRECONDITION, INVALID_ARGUMENT
+from zerod.torch._layout import unit_label
+from zerod.torch._memory import DTYPES, storage_key, tensor_at
+
+try:  # torch >= 1.13
+    from torch.overrides import TorchFunctionMode
+except ImportError:  # pragma: no cover
+    TorchFunctionMode = None
+
+
+def _tensors_in(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors_in(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors_in(v)
+
+
+def _cast_floats(value, dtype):
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() and value.dtype != dtype else value
+    if isinstance(value, tuple):
+        return tuple(_cast_floats(v, dtype) for v in value)
+    if isinstance(value, list):
+        return [_cast_floats(v, dtype) for v in value]
+    if isinstance(value, dict):
+        return {k: _cast_floats(v, dtype) for k, v in value.items()}
+    return value
+
+
+class _SavedParameter:
+    """A saved activation that is a view of a gathered parameter, by reference."""
+
+    __slots__ = ("entry", "size", "stride", "offset")
+
+    def __init__(self, entry, t):
+        self.entry = entry
+        self.size = t.size()
+        self.stride = t.stride()
+        self.offset = t.storage_offset()
+
+
+class Runtime:
+    def __init__(self, model, trainable, session, info, config):
+        self.model = model
+        self.trainable = trainable
+        self.session = session
+        self.info = info
+        self.stage = info["stage"]
+        self.dtype_name = info["param_dtype"]
+        self.dtype = DTYPES[self.dtype_name]
+        self.device = config["device"]
+        self.accumulation = config["accumulation_steps"]
+        self.loss_scaling = config["loss_scaling"]
+        self.cast_inputs = config["cast_forward_inputs"] and self.dtype != torch.float32
+        self.by_id = {id(e.param): e for e in trainable}
+        # Shapes as the module made them: at stage 3 a released parameter holds a placeholder.
+        self.shapes = [tuple(e.param.shape) for e in trainable]
+        self.numels = [e.param.numel() for e in trainable]
+        self.internal = 0  # > 0 while our own hooks run (the first forward's use check skips them)
+        self.tensor_units = info["tensor_units"]  # layout index -> segment (= unit at stage 3)
+        self.segment_size = collections.Counter(self.tensor_units)
+        self.unit_entries = collections.defaultdict(list)
+        for e in trainable:
+            self.unit_entries[self.tensor_units[e.index]].append(e)
+        self.placeholder = torch.empty(0, dtype=self.dtype, device=self.device)
+        self.held = set()  # stage 3: units gathered for torch
+        self.live = {}  # stage 3: storage address -> entry, for gathered parameters
+        self.first_forward = True
+        self.micro_steps = 0
+        self.scaled_backward = False  # the running backward's loss was multiplied by the scale
+        self.keepalive = []  # fp32 gradients the device may still read (GPU)
+        self._reset_backward()
+        self._accumulators = []  # AccumulateGrad nodes: the hooks live as long as they do
+        self._hook_handles = []
+
+    # ---- binding -------------------------------------------------------------------------------
+
+    def bind(self):
+        for e in self.trainable:
+            e.param.grad = None
+            # The AccumulateGrad node records the parameter's shape and dtype when it is made,
+            # and torch drops it when the data's dtype changes: so the parameter first takes the
+            # engine's dtype (an expanded scalar: no memory), then the node is made and kept
+            # alive with its hook, then the data becomes the engine's (or a placeholder).
+            if e.param.dtype != self.dtype:
+                e.param.data = torch.zeros(1, dtype=self.dtype, device=self.device).expand(
+                    self.shapes[e.index])
+            acc = e.param.expand_as(e.param).grad_fn.next_functions[0][0]
+            acc.register_hook(self._grad_hook(e))
+            self._accumulators.append(acc)
+            if self.stage < 3:
+                self._point(e, self.session.param(e.index))
+            else:
+                e.param.data = self.placeholder
+        if self.stage == 3:
+            for unit, entries in self.unit_entries.items():
+                module = self.model.get_submodule(entries[0].unit) if entries[0].unit else self.model
+                self._hook_handles.append(module.register_forward_pre_hook(self._pre_forward(unit)))
+                self._hook_handles.append(module.register_forward_hook(self._post_forward(unit)))
+        original = self.model.forward
+        runtime = self
+
+        def forward(*args, **kwargs):
+            return runtime.forward(original, args, kwargs)
+
+        self.model.forward = forward
+
+    def _point(self, e, address):
+        view = tensor_at(address, self.numels[e.index], self.dtype_name, self.device)
+        e.param.data = view.view(self.shapes[e.index])
+        return view
+
+    # ---- forward -------------------------------------------------------------------------------
+
+    def forward(self, original, args, kwargs):
+        self.check_parameters()
+        if self.cast_inputs:
+            args, kwargs = _cast_floats(args, self.dtype), _cast_floats(kwargs, self.dtype)
+        if self.stage < 3:
+            return original(*args, **kwargs)
+        with saved_tensors_hooks(self._pack, self._unpack):
+            if self.first_forward and TorchFunctionMode is not None and torch.is_grad_enabled():
+                self.first_forward = False
+                with _UseCheck(self):
+                    return original(*args, **kwargs)
+            return original(*args, **kwargs)
+
+    def check_parameters(self):
+        """A parameter added (or made trainable) after zt.shard would silently not train."""
+        count = 0
+        for name, p in self.model.named_parameters():
+            if not p.requires_grad:
+                if id(p) in self.by_id:
+                    raise ZerodError(FAILED_PRECONDITION, (
+                        f"zerod: parameter '{name}' was frozen after zt.shard (requires_grad=False)"
+                        "; freeze parameters before zt.shard"))
+                continue
+            if id(p) not in self.by_id:
+                raise ZerodError(FAILED_PRECONDITION, (
+                    f"zerod: parameter '{name}' was added (or made trainable) after zt.shard; it "
+                    "would not be trained: build the whole model before zt.shard"))
+            count += 1
+        return count
+
+    def _pre_forward(self, unit):
+        def hook(module, inputs):
+            self.gather(unit)
+        return hook
+
+    def _post_forward(self, unit):
+        def hook(module, inputs, output):
+            if torch.is_grad_enabled():
+                for t in _tensors_in(output):
+                    if t.requires_grad:
+                        t.register_hook(self._pre_backward(unit))
+            self.release(unit)
+        return hook
+
+    def _pre_backward(self, unit):
+        def hook(grad):
+            self._start_backward()
+            if self.units_left[unit] > 0:
+                self.gather(unit)
+        return hook
+
+    def gather(self, unit):
+        if unit in self.held:
+            return
+        self.internal += 1
+        try:
+            self.session.gather(unit)
+            for e in self.unit_entries[unit]:
+                view = self._point(e, self.session.param(e.index))
+                self.live[storage_key(view)] = e
+            self.held.add(unit)
+        finally:
+            self.internal -= 1
+
+    def release(self, unit):
+        if unit not in self.held:
+            return
+        self.internal += 1
+        try:
+            if self.device.type == "cuda":
+                # Kernels torch queued may still read the unit: its buffer must outlive them.
+                torch.cuda.current_stream(self.device).synchronize()
+            self.session.release(unit)
+            for e in self.unit_entries[unit]:
+                self.live.pop(storage_key(e.param), None)
+                e.param.data = self.placeholder
+            self.held.discard(unit)
+        finally:
+            self.internal -= 1
+
+    def release_all(self):
+        for unit in list(self.held):
+            self.release(unit)
+
+    def _pack(self, t):
+        if not self.live or t.layout != torch.strided:
+            return t
+        self.internal += 1
+        try:
+            e = self.live.get(storage_key(t))
+            return t if e is None else _SavedParameter(e, t)
+        finally:
+            self.internal -= 1
+
+    def _unpack(self, saved):
+        if not isinstance(saved, _SavedParameter):
+            return saved
+        unit = self.tensor_units[saved.entry.index]
+        self.gather(unit)  # normally gathered by the unit's backward hook already
+        return saved.entry.param.data.as_strided(saved.size, saved.stride, saved.offset)
+
+    # ---- backward ------------------------------------------------------------------------------
+
+    def _reset_backward(self):
+        self.in_backward = False
+        self.grad_seen = [False] * len(self.trainable)
+        self.pending = collections.defaultdict(list)
+        self.units_left = {u: len(es) for u, es in self.unit_entries.items()}
+
+    def _start_backward(self):
+        if self.in_backward:
+            return
+        if self.micro_steps >= self.accumulation:
+            raise ZerodError(FAILED_PRECONDITION, (
+                f"zerod: backward number {self.micro_steps + 1} before opt.step(), with "
+                f"gradient_accumulation_steps={self.accumulation}: call opt.step() after "
+                f"{self.accumulation} backward pass(es)"))
+        self.in_backward = True
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+
+    def _grad_hook(self, e):
+        def hook(*unused):
+            grad = e.param.grad
+            e.param.grad = None
+            if grad is not None:
+                self._start_backward()
+                self._deliver(e, grad)
+        return hook
+
+    def _deliver(self, e, grad):
+        if self.grad_seen[e.index]:
+            raise ZerodError(FAILED_PRECONDITION,
+                             f"zerod: gradient of '{e.name}' given twice in one backward")
+        self.grad_seen[e.index] = True
+        g = grad.detach().to(dtype=torch.float32, memory_format=torch.contiguous_format)
+        if self.loss_scaling and not self.scaled_backward:
+            g = g * self.session.loss_scale()  # the engine unscales what it is given
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        segment = self.tensor_units[e.index]
+        if self.stage < 2:
+            self._accumulate(e.index, g)
+        else:
+            waiting = self.pending[segment]
+            waiting.append((e.index, g))
+            if len(waiting) == self.segment_size[segment]:
+                for index, gradient in waiting:
+                    self._accumulate(index, gradient)
+                del self.pending[segment]
+        if self.stage == 3:
+            self.units_left[segment] -= 1
+            if self.units_left[segment] == 0:
+                self.release(segment)
+
+    def _accumulate(self, index, g):
+        self.session.accumulate_grad(index, g.data_ptr())
+        if self.device.type == "cuda":
+            self.keepalive.append(g)  # the engine's stream may still read it
+
+    def _end_backward(self):
+        # Parameters the graph did not reach contribute zeros: every rank gives every tensor.
+        for e in self.trainable:
+            if not self.grad_seen[e.index]:
+                self._deliver(e, torch.zeros(self.shapes[e.index], dtype=torch.float32,
+                                             device=self.device))
+        self.release_all()
+        if self.keepalive:
+            self.session.synchronize()
+            self.keepalive.clear()
+        self.micro_steps += 1
+        self.scaled_backward = False
+        self._reset_backward()
+
+    # ---- step ----------------------------------------------------------------------------------
+
+    def step(self, lr):
+        if self.in_backward:
+            raise ZerodError(FAILED_PRECONDITION, "zerod: opt.step() during backward")
+        if self.micro_steps != self.accumulation:
+            raise ZerodError(FAILED_PRECONDITION, (
+                f"zerod: opt.step() after {self.micro_steps} backward pass(es); expected "
+                f"{self.accumulation} (gradient_accumulation_steps)"))
+        self.release_all()
+        result = self.session.step(lr)
+        self.micro_steps = 0
+        return result
+
+
+# Functions that look at a tensor without reading its values: allowed on a released parameter.
+_INSPECTIONS = frozenset((
+    "__get__", "__set__", "__repr__", "__format__", "__hash__", "size", "dim", "numel",
+    "nelement", "stride", "storage_offset", "element_size", "data_ptr", "storage",
+    "untyped_storage", "_typed_storage", "is_contiguous", "is_floating_point", "is_complex",
+    "register_hook", "requires_grad_", "get_device", "type", "__len__"))
+
+
+class _UseCheck(TorchFunctionMode if TorchFunctionMode is not None else object):
+    """The first forward at stage 3: a parameter whose unit is not gathered must not be used.
+    (Looking at its size, storage or device is fine: _INSPECTIONS.)"""
+
+    def __init__(self, runtime):
+        super().__init__()
+        self.runtime = runtime
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        rt = self.runtime
+        if rt.internal or getattr(func, "__name__", "") in _INSPECTIONS:
+            return func(*args, **kwargs)
+        for t in _tensors_in((args, kwargs)):
+            e = rt.by_id.get(id(t))
+            if e is not None and rt.tensor_units[e.index] not in rt.held:
+                name = getattr(func, "__name__", str(func))
+                raise ZerodError(INVALID_ARGUMENT, (
+                    f"zerod: parameter '{e.name}' is used (by {name}) outside the forward of its "
+                    f"gather unit '{unit_label(e.unit)}'; at stage 3 a unit's parameters exist only "
+                    "during its forward: pass zt.shard(..., units=...) so that one unit encloses "
+                    f"every use of '{e.name}' (for instance the module class whose forward uses it)"))
+        return func(*args, **kwargs)

@@ -1,0 +1,165 @@
+// The C API (client/c_api/zerod_c.h) as a C caller sees it: status codes and messages for bad
+// options, then one rank of a real job through every call, against the real zerod binary. (The
+// Python front end drives the same library in tests/python; this test also runs in the
+// sanitizer builds, which leave Python out.)
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "client/c_api/zerod_c.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/process.h"
+
+namespace zerod::testing {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr int kInvalidArgument = 3;
+constexpr int kFailedPrecondition = 9;
+
+// The real zerod in a temporary folder. (Not tests/integration's harness: that links the gRPC
+// client, whose protobuf descriptors would then be registered twice in this process, once more
+// inside libzerod_c.so.)
+class Daemon {
+ public:
+  Daemon() {
+    char dir[] = "/tmp/zerod-c-api-XXXXXX";
+    dir_ = mkdtemp(dir);
+    process_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{ZEROD_PATH, "--socket", dir_ + "/zerod.sock", "--listen", "",
+                                 "--data-dir", dir_ + "/data"},
+        dir_ + "/zerod.log");
+    struct stat st {};
+    for (int i = 0; i < 2000 && stat((dir_ + "/zerod.sock").c_str(), &st) != 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  ~Daemon() {
+    process_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  std::string endpoint() const { return "unix://" + dir_ + "/zerod.sock"; }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+std::string SessionJson(const std::string& endpoint, const std::string& job, int stage) {
+  return json{{"endpoint", endpoint},
+              {"job", job},
+              {"rank", 0},
+              {"world_size", 1},
+              {"heartbeat_ms", 50},
+              {"layout", json::array({{{"name", "w"}, {"shape", {3, 5}}, {"unit", "a"}},
+                                      {{"name", "b"}, {"shape", {5}}, {"unit", "b"}}})},
+              {"plan", {{"stage", stage}, {"param_dtype", "fp32"}, {"grad_dtype", "fp32"}}}}
+      .dump();
+}
+
+TEST(CApi, BadSessionOptionsAreNamed) {
+  zerod_session* s = reinterpret_cast<zerod_session*>(1);
+  EXPECT_EQ(zerod_session_start("not json", &s), kInvalidArgument);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("session: options are not a JSON object"));
+  EXPECT_EQ(zerod_session_start("{}", &s), kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("layout: the model's tensors are missing"));
+  EXPECT_EQ(zerod_session_start(R"({"layout": [], "rank": "zero"})", &s), kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("rank: unexpected value \"zero\""));
+  EXPECT_EQ(zerod_session_start(R"({"layout": [], "plan": {"param_dtype": "fp8"}})", &s),
+            kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("param_dtype: unknown dtype 'fp8'"));
+  EXPECT_EQ(zerod_session_start(R"({"layout": [], "plan": {"optimizer": "sgd"}})", &s),
+            kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("optimizer: 'sgd' is not adam or adamw"));
+  EXPECT_EQ(zerod_session_start(R"({"layout": [{"name": "w", "shape": [-2]}]})", &s),
+            kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("layout: "));
+  EXPECT_EQ(zerod_session_start(nullptr, &s), kInvalidArgument);
+  EXPECT_EQ(zerod_engine_create(nullptr, "{}"), kInvalidArgument);
+  EXPECT_EQ(zerod_engine_step(nullptr, -1, nullptr, nullptr, nullptr), kInvalidArgument);
+  zerod_session_destroy(nullptr);  // ignored
+}
+
+TEST(CApi, OneRankThroughEveryCall) {
+  Daemon zerod;
+  zerod_session* s = nullptr;
+  ASSERT_EQ(zerod_session_start(SessionJson(zerod.endpoint(), "c-api", 3).c_str(), &s), 0)
+      << zerod_last_error();
+  char* text = nullptr;
+  ASSERT_EQ(zerod_session_describe(s, &text), 0);
+  const json described = json::parse(text);
+  zerod_free(text);
+  EXPECT_EQ(described["stage"], 3);
+  EXPECT_EQ(described["world_size"], 1);
+  EXPECT_EQ(described["tensor_units"], json::array({0, 1}));
+  EXPECT_EQ(described["total_numel"], 20);
+
+  EXPECT_EQ(zerod_engine_gather(s, 0), kFailedPrecondition);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("the session has no engine yet"));
+  EXPECT_EQ(zerod_engine_create(s, R"({"lr": -1})"), kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("lr: -1 is out of range (expected lr >= 0)"));
+  EXPECT_EQ(zerod_engine_create(s, R"({"beta2": 1.0})"), kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("beta2: 1 is out of range (expected 0 <= beta2 < 1)"));
+  EXPECT_EQ(zerod_engine_create(s, R"({"accumulation_steps": 0})"), kInvalidArgument);
+  ASSERT_EQ(zerod_engine_create(s, R"({"lr": 0.1, "adamw": true, "weight_decay": 0.5})"), 0)
+      << zerod_last_error();
+  EXPECT_EQ(zerod_engine_create(s, "{}"), kFailedPrecondition);  // one engine per session
+
+  std::vector<float> w(15), b(5);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) * 0.1f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -static_cast<float>(i);
+  const float* tensors[] = {w.data(), b.data()};
+  ASSERT_EQ(zerod_engine_init_from(s, 0, tensors), 0) << zerod_last_error();
+  ASSERT_EQ(zerod_engine_gather(s, 0), 0) << zerod_last_error();
+  void* data = nullptr;
+  ASSERT_EQ(zerod_engine_param(s, 0, &data), 0);
+  EXPECT_EQ(static_cast<float*>(data)[7], 0.7f);
+  EXPECT_EQ(zerod_engine_param(s, 1, &data), 0);  // unit 1 was prefetched: there too
+  ASSERT_EQ(zerod_engine_release(s, 0), 0);
+  EXPECT_EQ(zerod_engine_release(s, 0), kFailedPrecondition);
+
+  std::vector<float> gw(15, 1.0f), gb(5, -1.0f);
+  ASSERT_EQ(zerod_engine_accumulate_grad(s, 1, gb.data()), 0) << zerod_last_error();
+  ASSERT_EQ(zerod_engine_accumulate_grad(s, 0, gw.data()), 0) << zerod_last_error();
+  int applied = 0;
+  double norm = -1, scale = 0;
+  ASSERT_EQ(zerod_engine_step(s, -1, &applied, &norm, &scale), 0) << zerod_last_error();
+  EXPECT_EQ(applied, 1);
+  EXPECT_EQ(scale, 1.0);
+  double mean = 0;
+  ASSERT_EQ(zerod_engine_average(s, 2.5, &mean), 0);
+  EXPECT_EQ(mean, 2.5);
+
+  // AdamW's first step: w (1 - lr wd) - lr sign(g), as torch computes it.
+  std::vector<float> full(20);
+  EXPECT_EQ(zerod_engine_full_parameters(s, full.data(), 19), kInvalidArgument);
+  ASSERT_EQ(zerod_engine_full_parameters(s, full.data(), 20), 0);
+  EXPECT_NEAR(full[7], 0.7f * 0.95f - 0.1f, 1e-6);
+  EXPECT_NEAR(full[15 + 2], -2.0f * 0.95f + 0.1f, 1e-6);
+
+  float state[2] = {4.0f, 5.0f};
+  EXPECT_EQ(zerod_engine_broadcast(s, state, 2, 0), 0);
+  EXPECT_EQ(zerod_engine_broadcast(s, state, 2, 1), kInvalidArgument);
+  ASSERT_EQ(zerod_engine_stats(s, &text), 0);
+  const json stats = json::parse(text);
+  zerod_free(text);
+  EXPECT_EQ(stats["step"], 1);
+  EXPECT_EQ(stats["allocated_bytes"], described["planned_bytes"]);
+  EXPECT_EQ(zerod_engine_synchronize(s), 0);
+  EXPECT_EQ(zerod_session_leave(s), 0);
+  zerod_session_destroy(s);
+}
+
+}  // namespace
+}  // namespace zerod::testing

@@ -1,0 +1,148 @@
+"""Bad use fails at once with a message that names the problem. Checks of the arguments run
+before anything joins; the rest run in this process against the real daemon, as a job of one."""
+
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+
+import zerod.torch as zt
+from zerod import ZerodError
+import zt_models
+
+_job = [0]
+
+
+@pytest.fixture
+def one_rank_job(zerod_endpoint, monkeypatch):
+    _job[0] += 1
+    monkeypatch.setenv("ZEROD_ENDPOINT", zerod_endpoint)
+    monkeypatch.setenv("ZEROD_JOB", f"misuse-{os.getpid()}-{_job[0]}")
+    monkeypatch.setenv("ZEROD_RANK", "0")
+    monkeypatch.setenv("ZEROD_WORLD_SIZE", "1")
+    yield
+    zt.shutdown()
+
+
+def model():
+    return zt_models.build("nested", 0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"stage": 4}, "unknown stage 4 (expected 0, 1, 2, 3 or 'auto')"),
+    ({"stage": "three"}, "unknown stage 'three'"),
+    ({"dtype": "fp8"}, "unknown dtype 'fp8' (expected 'fp32', 'bf16' or 'fp16')"),
+    ({"optimizer": "sgd"}, "unknown optimizer 'sgd' (expected 'adam' or 'adamw')"),
+    ({"lr": -1.0}, "invalid learning rate: -1.0"),
+    ({"betas": (0.9, 1.0)}, "invalid betas: (0.9, 1.0)"),
+    ({"eps": -1e-8}, "invalid epsilon value: -1e-08"),
+    ({"weight_decay": -0.1}, "invalid weight_decay value: -0.1"),
+    ({"max_grad_norm": -1.0}, "invalid max_grad_norm: -1.0"),
+    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps must be a positive integer"),
+])
+def test_bad_arguments_are_named_before_joining(kwargs, message):
+    with pytest.raises(ZerodError) as error:
+        zt.shard(model(), **kwargs)
+    assert message in str(error.value)
+    assert error.value.code_name == "INVALID_ARGUMENT"
+
+
+def test_module_on_a_device_zerod_does_not_train():
+    with pytest.raises(ZerodError, match="parameter 'gain' is on meta: zerod trains on cpu "
+                                         "or cuda"):
+        zt.shard(zt_models.Nested().to("meta"))
+
+
+def test_module_on_another_device_than_asked():
+    with pytest.raises(ZerodError, match=r"parameter 'gain' is on cpu, but device='cuda' "
+                                         r"was asked; move the module first"):
+        zt.shard(model(), device="cuda")
+
+
+def test_module_without_trainable_parameters():
+    m = model().requires_grad_(False)
+    with pytest.raises(ZerodError, match="the module has no trainable parameters"):
+        zt.shard(m)
+
+
+def test_not_a_module():
+    with pytest.raises(ZerodError, match="expected a torch.nn.Module, got dict"):
+        zt.shard({})
+
+
+def test_shard_twice(one_rank_job):
+    m, _ = zt.shard(model(), stage=1)
+    with pytest.raises(ZerodError, match="zt.shard: called twice"):
+        zt.shard(zt_models.build("tied", 0), stage=1)
+    with pytest.raises(ZerodError, match="zt.shard: called twice"):
+        zt.shard(m, stage=1)
+
+
+def test_parameter_added_after_shard(one_rank_job):
+    m, opt = zt.shard(model(), stage=2)
+    m.extra = nn.Linear(3, 3)
+    with pytest.raises(ZerodError, match="parameter 'extra.weight' was added \\(or made "
+                                         "trainable\\) after zt.shard"):
+        m(torch.randn(2, zt_models.IN))
+
+
+def test_parameter_frozen_after_shard(one_rank_job):
+    m, opt = zt.shard(model(), stage=0)
+    m.out.weight.requires_grad_(False)
+    with pytest.raises(ZerodError, match="parameter 'out.weight' was frozen after zt.shard"):
+        m(torch.randn(2, zt_models.IN))
+
+
+def test_step_without_backward(one_rank_job):
+    m, opt = zt.shard(model(), stage=3)
+    with pytest.raises(ZerodError, match=r"opt.step\(\) after 0 backward pass\(es\); expected 1"):
+        opt.step()
+
+
+def test_backward_twice_without_step(one_rank_job):
+    m, opt = zt.shard(model(), stage=2)
+    x = torch.randn(2, zt_models.IN)
+    m(x).sum().backward()
+    with pytest.raises(RuntimeError, match="backward number 2 before opt.step\\(\\), with "
+                                           "gradient_accumulation_steps=1"):
+        m(x).sum().backward()
+
+
+def test_one_parameter_group(one_rank_job):
+    m, opt = zt.shard(model(), stage=1)
+    with pytest.raises(ZerodError, match="one parameter group"):
+        opt.add_param_group({"params": [nn.Parameter(torch.ones(1))]})
+
+
+def test_optimizer_state_dict_says_what_instead(one_rank_job):
+    m, opt = zt.shard(model(), stage=1)
+    with pytest.raises(ZerodError, match="zt.full_state_dict"):
+        opt.state_dict()
+
+
+def test_rank_before_shard_needs_the_environment(monkeypatch):
+    monkeypatch.delenv("ZEROD_RANK", raising=False)
+    with pytest.raises(ZerodError, match="ZEROD_RANK is not set"):
+        zt.rank()
+
+
+def test_a_layer_outside_the_plan_is_refused_by_the_library(one_rank_job):
+    # The C API checks its options too: a bad value that passes Python's checks is named.
+    from zerod._native import Session
+    with pytest.raises(ZerodError, match="layout: "):
+        Session({"layout": [{"name": "w", "shape": [-3]}]})
+
+
+def test_a_working_job_of_one_after_the_errors(one_rank_job):
+    # The failures above left nothing behind: a job of one trains.
+    m, opt = zt.shard(model(), stage=3)
+    x, y = zt_models.batch("nested", 0, 4)
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = zt_models.loss_fn("nested", m(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
