@@ -67,3 +67,28 @@ def test_16bit_loss_follows_fp32(run_job, tmp_path, dtype, stage):
             assert abs(got - want) <= 0.02 + 0.02 * abs(want), (res["losses"], reference)
         # It trained: the loss moved as the fp32 run's did.
         assert (res["losses"][-1] - res["losses"][0]) * (reference[-1] - reference[0]) > 0
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_fp16_with_loss_scaling_follows_fp32(run_job, tmp_path, stage):
+    # Element-wise ops only, so it runs on torch's CPU kernels; the worker calls
+    # opt.backward(loss), which multiplies the loss by the scale; the engine unscales.
+    spec = {"model": "elementwise", "stage": stage, "steps": 8, "dtype": "fp16",
+            "shard": {"initial_scale_power": 8}}
+    reference = zt_reference.run(dict(spec, dtype="fp32"), 2)["losses"]
+    for res in train(run_job, tmp_path, spec, 2):
+        for got, want in zip(res["losses"], reference):
+            assert abs(got - want) <= 0.02 + 0.02 * abs(want), (res["losses"], reference)
+        assert res["losses"][-1] < res["losses"][0]
+        assert all(res["applied"]) and res["loss_scale"] == 2.0 ** 8  # no overflow: no change
+
+
+def test_fp16_overflow_skips_steps_on_every_rank_and_backs_off(run_job, tmp_path):
+    # 2^20 times these gradients overflows fp16 (largest 65504): steps are skipped, on both
+    # ranks alike, and the scale halves (after the hysteresis of 2) until they fit.
+    spec = {"model": "elementwise", "stage": 3, "steps": 12, "dtype": "fp16",
+            "shard": {"initial_scale_power": 20}}
+    results = train(run_job, tmp_path, spec, 2)
+    assert results[0]["applied"] == results[1]["applied"]
+    assert not results[0]["applied"][0] and results[0]["applied"][-1], results[0]["applied"]
+    assert results[0]["loss_scale"] < 2.0 ** 20

@@ -146,3 +146,18 @@ def test_a_working_job_of_one_after_the_errors(one_rank_job):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0]
+
+
+def test_after_shutdown_below_stage_3_the_module_keeps_its_values(one_rank_job):
+    m, opt = zt.shard(model(), stage=1)
+    x = torch.randn(2, zt_models.IN)
+    before = m(x).detach().clone()
+    zt.shutdown()
+    torch.testing.assert_close(m(x), before, rtol=0, atol=0)  # a copy, not zerod's freed memory
+
+
+def test_after_shutdown_at_stage_3_the_module_refuses_to_run(one_rank_job):
+    m, opt = zt.shard(model(), stage=3)
+    zt.shutdown()
+    with pytest.raises(ZerodError, match="take zt.full_state_dict\\(model\\) before leaving"):
+        m(torch.randn(2, zt_models.IN))

@@ -109,7 +109,22 @@ class OutsideUse(nn.Module):
         return F.linear(torch.tanh(self.mix(self.emb(idx))), self.emb.weight)
 
 
-MODELS = {"nested": Nested, "tied": Tied, "frozen": Frozen, "batchnorm": WithBatchNorm,
+class Elementwise(nn.Module):
+    """Only element-wise ops, which torch 1.13 has in fp16 on the CPU (it has no fp16 matmul):
+    the fp16 path (loss scaling) can run here."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(IN) * 0.5 + 1)
+        self.shift = nn.Parameter(torch.randn(IN) * 0.1)
+        self.mix = nn.Parameter(torch.randn(OUT, IN) * 0.3)
+
+    def forward(self, x):
+        h = x * self.scale + self.shift
+        return (h.unsqueeze(1) * self.mix).sum(-1)
+
+
+MODELS = {"elementwise": Elementwise, "nested": Nested, "tied": Tied, "frozen": Frozen, "batchnorm": WithBatchNorm,
           "reused": Reused, "outside": OutsideUse}
 TOKEN_MODELS = {"tied", "outside"}
 

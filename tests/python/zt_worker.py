@@ -42,6 +42,7 @@ def main():
     local = global_batch // world
     accumulation = kwargs.get("gradient_accumulation_steps", 1)
     losses = []
+    applied = []  # per step: False when a gradient overflow skipped it (fp16)
     storage_during = []
     if spec.get("watch_storage"):
         # While the last top-level child runs, what do the first child's parameters hold?
@@ -65,12 +66,14 @@ def main():
             opt.backward(loss)
             step_loss += loss.item() / accumulation
         opt.step()
+        applied.append(opt.last_step_applied)
         losses.append(zt.average(step_loss))
     stats = zt.memory_stats()
     after = {n: storage_bytes(p) for n, p in model.named_parameters()}
     state = zt.full_state_dict(model)
     buffers = {n: b.detach().float().clone() for n, b in model.named_buffers()}
-    torch.save({"rank": rank, "world": world, "losses": losses, "state": state, "stats": stats,
+    torch.save({"rank": rank, "world": world, "losses": losses, "loss_scale": opt.loss_scale,
+                "applied": applied, "state": state, "stats": stats,
                 "storage_after": after, "storage_during": storage_during, "buffers": buffers},
                os.path.join(out, f"rank{rank}.pt"))
     zt.shutdown()

@@ -187,7 +187,7 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
     runtime.frozen = frozen
     _runtime = runtime
     model._zerod_runtime = runtime
-    atexit.register(shutdown)
+    atexit.register(_leave_at_exit)
     opt = ZeroOptimizer(runtime, [e.param for e in trainable],
                         dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
     return model, opt
@@ -327,7 +327,13 @@ def memory_stats():
 
 
 def shutdown():
-    """Leaves the job and frees zerod's memory (also run at exit). The module is unusable after."""
+    """Leaves the job and frees zerod's memory. Below stage 3 the module keeps a copy of its
+    parameters and stays usable in this process (to evaluate or save it); at stage 3 its
+    parameters lived only in zerod, so the module refuses to run: take zt.full_state_dict first."""
+    _leave(keep_parameters=True)
+
+
+def _leave(keep_parameters):
     global _runtime
     rt = _runtime
     if rt is None:
@@ -336,4 +342,9 @@ def shutdown():
     try:
         rt.session.leave()
     finally:
+        rt.detach(keep_parameters)
         rt.session.close()
+
+
+def _leave_at_exit():
+    _leave(keep_parameters=False)  # the interpreter is going: no copy is needed

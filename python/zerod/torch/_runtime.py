@@ -83,6 +83,7 @@ class Runtime:
         self.shapes = [tuple(e.param.shape) for e in trainable]
         self.numels = [e.param.numel() for e in trainable]
         self.internal = 0  # > 0 while our own hooks run (the first forward's use check skips them)
+        self.closed = False  # the session is gone (zt.shutdown)
         self.tensor_units = info["tensor_units"]  # layout index -> segment (= unit at stage 3)
         self.segment_size = collections.Counter(self.tensor_units)
         self.unit_entries = collections.defaultdict(list)
@@ -136,9 +137,27 @@ class Runtime:
         e.param.data = view.view(self.shapes[e.index])
         return view
 
+    def detach(self, keep_parameters):
+        """The session is about to go: no parameter may keep pointing into its memory."""
+        self.closed = True
+        for handle in self._hook_handles:
+            handle.remove()
+        with torch.no_grad():
+            for e in self.trainable:
+                if self.stage < 3 and keep_parameters:
+                    e.param.data = e.param.data.clone()
+                else:
+                    e.param.data = self.placeholder
+
     # ---- forward -------------------------------------------------------------------------------
 
     def forward(self, original, args, kwargs):
+        if self.closed:
+            if self.stage == 3:
+                raise ZerodError(FAILED_PRECONDITION, (
+                    "zerod: the module was sharded at stage 3 and its job was left (zt.shutdown): "
+                    "its parameters lived in zerod; take zt.full_state_dict(model) before leaving"))
+            return original(*args, **kwargs)
         self.check_parameters()
         if self.cast_inputs:
             args, kwargs = _cast_floats(args, self.dtype), _cast_floats(kwargs, self.dtype)
@@ -260,6 +279,8 @@ class Runtime:
 
     def _grad_hook(self, e):
         def hook(*unused):
+            if self.closed:
+                return  # after zt.shutdown the module trains as plain torch would
             grad = e.param.grad
             e.param.grad = None
             if grad is not None:
