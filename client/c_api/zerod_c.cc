@@ -5,12 +5,17 @@
 
 #include "client/c_api/zerod_c.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -47,15 +52,43 @@ int Report(const absl::Status& status) {
 
 absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentError(what); }
 
-// Reads an optional field of `object` into `out`, checking its JSON type.
+// Reads an optional field of `object` into `out`, checking its JSON type exactly: an integer
+// field takes only an integer that fits (0.9 is not rank 0), a boolean only true or false.
 template <typename T>
 absl::Status Field(const json& object, const char* name, T& out) {
   auto it = object.find(name);
   if (it == object.end() || it->is_null()) return absl::OkStatus();
-  try {
+  auto unexpected = [&](const char* expected) {
+    return Invalid(absl::StrCat(name, ": expected ", expected, ", got ", it->dump()));
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) return unexpected("true or false");
+    out = it->get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) return unexpected("an integer");
+    if (it->is_number_unsigned() ? it->get<uint64_t>() > uint64_t{std::numeric_limits<T>::max()}
+                                 : it->get<int64_t>() < std::numeric_limits<T>::min() ||
+                                       it->get<int64_t>() > std::numeric_limits<T>::max()) {
+      return unexpected("an integer in range");
+    }
+    out = static_cast<T>(it->get<int64_t>());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number()) return unexpected("a number");
     out = it->get<T>();
-  } catch (const json::exception&) {
-    return Invalid(absl::StrCat(name, ": unexpected value ", it->dump()));
+  } else {
+    if (!it->is_string()) return unexpected("a string");
+    out = it->get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+// Every key of `object` must be one of `known`: a misspelt option is an error, not a default.
+absl::Status KnownKeys(const json& object, const char* what,
+                       std::initializer_list<std::string_view> known) {
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return Invalid(absl::StrCat(what, ": unknown option '", key, "'"));
+    }
   }
   return absl::OkStatus();
 }
@@ -72,12 +105,21 @@ absl::Status DTypeField(const json& object, const char* name, DType& out) {
 
 absl::StatusOr<json> ParseObject(const char* text, const char* what) {
   if (text == nullptr) return Invalid(absl::StrCat(what, ": no options given"));
-  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json parsed;
+  try {
+    parsed = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return Invalid(absl::StrCat(what, ": options are not JSON (", e.what(), ")"));
+  }
   if (!parsed.is_object()) return Invalid(absl::StrCat(what, ": options are not a JSON object"));
   return parsed;
 }
 
 absl::Status ParsePlanOptions(const json& plan, zerod::plan::PlanOptions& out) {
+  ZEROD_RETURN_IF_ERROR(KnownKeys(
+      plan, "plan",
+      {"stage", "param_dtype", "grad_dtype", "optimizer", "reduce_bucket_bytes", "bucket_buffers",
+       "gather_unit_bytes", "prefetch_depth", "max_live_units", "partition_alignment_numel"}));
   ZEROD_RETURN_IF_ERROR(Field(plan, "stage", out.stage));
   ZEROD_RETURN_IF_ERROR(DTypeField(plan, "param_dtype", out.param_dtype));
   ZEROD_RETURN_IF_ERROR(DTypeField(plan, "grad_dtype", out.grad_dtype));
@@ -101,6 +143,10 @@ absl::Status ParsePlanOptions(const json& plan, zerod::plan::PlanOptions& out) {
 
 absl::StatusOr<zerod::client::SessionOptions> ParseSessionOptions(const char* text) {
   ZEROD_ASSIGN_OR_RETURN(json o, ParseObject(text, "session"));
+  ZEROD_RETURN_IF_ERROR(KnownKeys(
+      o, "session",
+      {"endpoint", "job", "rank", "world_size", "device", "budget_bytes", "gather_communicator",
+       "join_timeout_s", "collective_timeout_s", "heartbeat_ms", "plan", "layout"}));
   zerod::client::SessionOptions options;
   ZEROD_RETURN_IF_ERROR(Field(o, "endpoint", options.endpoint));
   ZEROD_RETURN_IF_ERROR(Field(o, "job", options.job_id));
@@ -141,6 +187,10 @@ absl::Status InRange(const char* name, double value, double low, double high, bo
 
 absl::StatusOr<zerod::engine::EngineOptions> ParseEngineOptions(const char* text) {
   ZEROD_ASSIGN_OR_RETURN(json o, ParseObject(text, "engine"));
+  ZEROD_RETURN_IF_ERROR(
+      KnownKeys(o, "engine",
+                {"lr", "beta1", "beta2", "eps", "weight_decay", "adamw", "max_grad_norm",
+                 "accumulation_steps", "threads", "loss_scale"}));
   zerod::engine::EngineOptions options;
   zerod::optim::AdamConfig& adam = options.adam;
   ZEROD_RETURN_IF_ERROR(Field(o, "lr", adam.lr));
@@ -171,6 +221,8 @@ absl::StatusOr<zerod::engine::EngineOptions> ParseEngineOptions(const char* text
   if (auto scale = o.find("loss_scale"); scale != o.end()) {
     if (!scale->is_object()) return Invalid("loss_scale: expected an object");
     zerod::engine::LossScaleOptions& ls = options.loss_scale;
+    ZEROD_RETURN_IF_ERROR(KnownKeys(*scale, "loss_scale",
+                                    {"enabled", "initial_scale", "growth_interval", "hysteresis"}));
     ZEROD_RETURN_IF_ERROR(Field(*scale, "enabled", ls.enabled));
     ZEROD_RETURN_IF_ERROR(Field(*scale, "initial_scale", ls.initial_scale));
     ZEROD_RETURN_IF_ERROR(Field(*scale, "growth_interval", ls.growth_interval));

@@ -7,6 +7,7 @@ status code and message.
 
 import ctypes
 import json
+import math
 import os
 import pathlib
 
@@ -101,6 +102,14 @@ def _check(code):
         raise ZerodError(code, message)
 
 
+def _encode(options):
+    try:
+        return json.dumps(options, allow_nan=False).encode()
+    except ValueError:
+        bad = [k for k, v in options.items() if isinstance(v, float) and not math.isfinite(v)]
+        raise ZerodError(INVALID_ARGUMENT, f"options {bad} are not finite numbers") from None
+
+
 def _json_out(fn, handle):
     out = ctypes.c_void_p()
     _check(fn(handle, ctypes.byref(out)))
@@ -116,7 +125,7 @@ class Session:
     def __init__(self, options):
         lib = library()
         handle = ctypes.c_void_p()
-        _check(lib.zerod_session_start(json.dumps(options).encode(), ctypes.byref(handle)))
+        _check(lib.zerod_session_start(_encode(options), ctypes.byref(handle)))
         self._handle = handle
         self._lib = lib
 
@@ -124,7 +133,7 @@ class Session:
         return _json_out(self._lib.zerod_session_describe, self._handle)
 
     def create_engine(self, options):
-        _check(self._lib.zerod_engine_create(self._handle, json.dumps(options).encode()))
+        _check(self._lib.zerod_engine_create(self._handle, _encode(options)))
 
     def init_from(self, root, pointers):
         """pointers: host fp32 addresses, one per tensor (ignored off the root)."""

@@ -71,11 +71,21 @@ TEST(CApi, BadSessionOptionsAreNamed) {
   zerod_session* s = reinterpret_cast<zerod_session*>(1);
   EXPECT_EQ(zerod_session_start("not json", &s), kInvalidArgument);
   EXPECT_EQ(s, nullptr);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("session: options are not JSON"));
+  EXPECT_EQ(zerod_session_start("[1]", &s), kInvalidArgument);
   EXPECT_THAT(zerod_last_error(), HasSubstr("session: options are not a JSON object"));
   EXPECT_EQ(zerod_session_start("{}", &s), kInvalidArgument);
   EXPECT_THAT(zerod_last_error(), HasSubstr("layout: the model's tensors are missing"));
   EXPECT_EQ(zerod_session_start(R"({"layout": [], "rank": "zero"})", &s), kInvalidArgument);
-  EXPECT_THAT(zerod_last_error(), HasSubstr("rank: unexpected value \"zero\""));
+  EXPECT_THAT(zerod_last_error(), HasSubstr("rank: expected an integer, got \"zero\""));
+  EXPECT_EQ(zerod_session_start(R"({"layout": [], "rank": 0.9})", &s), kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("rank: expected an integer, got 0.9"));
+  EXPECT_EQ(zerod_session_start(R"({"layout": [], "plan": {"stage": 4294967299}})", &s),
+            kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("stage: expected an integer in range"));
+  EXPECT_EQ(zerod_session_start(R"({"layout": [], "colective_timeout_s": 5})", &s),
+            kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("session: unknown option 'colective_timeout_s'"));
   EXPECT_EQ(zerod_session_start(R"({"layout": [], "plan": {"param_dtype": "fp8"}})", &s),
             kInvalidArgument);
   EXPECT_THAT(zerod_last_error(), HasSubstr("param_dtype: unknown dtype 'fp8'"));

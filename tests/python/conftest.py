@@ -67,3 +67,19 @@ def run_job(zerod_endpoint, tmp_path):
         return done.returncode, done.stdout
 
     return run
+
+
+_one_rank_jobs = [0]
+
+
+@pytest.fixture
+def one_rank_job(zerod_endpoint, monkeypatch):
+    """The test process itself is rank 0 of a job of one (zt.shard in-process); shut down after."""
+    import zerod.torch as zt
+    _one_rank_jobs[0] += 1
+    monkeypatch.setenv("ZEROD_ENDPOINT", zerod_endpoint)
+    monkeypatch.setenv("ZEROD_JOB", f"one-{os.getpid()}-{_one_rank_jobs[0]}")
+    monkeypatch.setenv("ZEROD_RANK", "0")
+    monkeypatch.setenv("ZEROD_WORLD_SIZE", "1")
+    yield
+    zt.shutdown()

@@ -1,8 +1,6 @@
 """Bad use fails at once with a message that names the problem. Checks of the arguments run
 before anything joins; the rest run in this process against the real daemon, as a job of one."""
 
-import os
-
 import pytest
 import torch
 import torch.nn as nn
@@ -10,19 +8,6 @@ import torch.nn as nn
 import zerod.torch as zt
 from zerod import ZerodError
 import zt_models
-
-_job = [0]
-
-
-@pytest.fixture
-def one_rank_job(zerod_endpoint, monkeypatch):
-    _job[0] += 1
-    monkeypatch.setenv("ZEROD_ENDPOINT", zerod_endpoint)
-    monkeypatch.setenv("ZEROD_JOB", f"misuse-{os.getpid()}-{_job[0]}")
-    monkeypatch.setenv("ZEROD_RANK", "0")
-    monkeypatch.setenv("ZEROD_WORLD_SIZE", "1")
-    yield
-    zt.shutdown()
 
 
 def model():

@@ -73,3 +73,14 @@ def test_accumulation_and_clipping(run_job, tmp_path, stage):
     spec = {"model": "nested", "stage": stage, "steps": 3, "max_grad_norm": 0.05,
             "shard": {"gradient_accumulation_steps": 2}}
     assert_matches(train(run_job, tmp_path, spec, 2), zt_reference.run(spec, 2))
+
+
+def test_buffers_of_every_dtype_come_from_rank_0(run_job, tmp_path):
+    spec = {"model": "buffers", "stage": 3, "steps": 2}
+    results = train(run_job, tmp_path, spec, 2)
+    initial = zt_reference.zt_models.build("buffers", 0)  # rank 0's module
+    for res in results:
+        for name in ("perm", "table"):
+            got, want = res["raw_buffers"][name], getattr(initial, name)
+            assert got.dtype == want.dtype and torch.equal(got, want), (res["rank"], name)
+    assert_matches(results, zt_reference.run(spec, 2))

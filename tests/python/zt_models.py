@@ -124,7 +124,20 @@ class Elementwise(nn.Module):
         return (h.unsqueeze(1) * self.mix).sum(-1)
 
 
-MODELS = {"elementwise": Elementwise, "nested": Nested, "tied": Tied, "frozen": Frozen, "batchnorm": WithBatchNorm,
+class WithBuffers(Nested):
+    """Buffers of other dtypes than the parameters': an int64 permutation and an fp64 table, which
+    every rank must take from rank 0 bit for bit, as DDP broadcasts them."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("perm", torch.randperm(IN))
+        self.register_buffer("table", torch.randn(3, dtype=torch.float64) / 3)
+
+    def forward(self, x):
+        return super().forward(x[:, self.perm] + self.table.sum().float())
+
+
+MODELS = {"buffers": WithBuffers, "elementwise": Elementwise, "nested": Nested, "tied": Tied, "frozen": Frozen, "batchnorm": WithBatchNorm,
           "reused": Reused, "outside": OutsideUse}
 TOKEN_MODELS = {"tied", "outside"}
 

@@ -72,9 +72,11 @@ def main():
     after = {n: storage_bytes(p) for n, p in model.named_parameters()}
     state = zt.full_state_dict(model)
     buffers = {n: b.detach().float().clone() for n, b in model.named_buffers()}
+    raw_buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
     torch.save({"rank": rank, "world": world, "losses": losses, "loss_scale": opt.loss_scale,
                 "applied": applied, "state": state, "stats": stats,
-                "storage_after": after, "storage_during": storage_during, "buffers": buffers},
+                "storage_after": after, "storage_during": storage_during, "buffers": buffers,
+                "raw_buffers": raw_buffers},
                os.path.join(out, f"rank{rank}.pt"))
     zt.shutdown()
 

@@ -16,6 +16,7 @@ parameters are everyone's.
 
 import atexit
 import collections
+import math
 import os
 
 import torch
@@ -25,10 +26,11 @@ from zerod.torch import _layout
 from zerod.torch._memory import DTYPES
 from zerod.torch._runtime import Runtime
 
-__all__ = ["shard", "rank", "world_size", "full_state_dict", "average", "memory_stats",
+__all__ = ["shard", "rank", "world_size", "full_state_dict", "load_state_dict", "average",
+           "memory_stats",
            "shutdown", "ZeroOptimizer", "ZerodError"]
 
-_runtime = None  # one session per process
+_active = None  # the Runtime of this process's one session
 _STAGES = (0, 1, 2, 3, "auto")
 _OPTIMIZERS = ("adam", "adamw")
 
@@ -45,6 +47,10 @@ def _check_arguments(stage, dtype, lr, betas, eps, weight_decay, optimizer, max_
         raise _bad(f"unknown dtype {dtype!r} (expected 'fp32', 'bf16' or 'fp16')")
     if optimizer not in _OPTIMIZERS:
         raise _bad(f"unknown optimizer {optimizer!r} (expected 'adam' or 'adamw')")
+    for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay),
+                        ("max_grad_norm", max_grad_norm)):
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _bad(f"{name} must be a finite number, not {value!r}")
     if not 0.0 <= lr:
         raise _bad(f"invalid learning rate: {lr} (expected lr >= 0)")
     if not 0.0 <= eps:
@@ -85,7 +91,7 @@ def _device_of(model, trainable, device):
 
 
 def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
-          weight_decay=0.0, optimizer="adamw", max_grad_norm=0.0, *,
+          weight_decay=None, optimizer="adamw", max_grad_norm=0.0, *,
           gradient_accumulation_steps=1, units=None, prefetch=1, max_live_units=None,
           bucket_cap_mb=64, gather_unit_mb=64, budget=None, initial_scale_power=16,
           cast_forward_inputs=True, threads=None, device=None, job=None, rank=None,
@@ -98,6 +104,7 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
     dtype: "fp32", "bf16" or "fp16" (parameters and gradients; Adam's state is fp32; fp16 adds
       dynamic loss scaling starting at 2**initial_scale_power: call opt.backward(loss)).
     optimizer: "adamw" (decoupled weight decay, torch.optim.AdamW) or "adam" (torch.optim.Adam).
+    weight_decay: torch's default for the optimizer when not given: 0.01 for AdamW, 0 for Adam.
     max_grad_norm: clip by the global norm when > 0 (torch.nn.utils.clip_grad_norm_).
     gradient_accumulation_steps: backward passes per opt.step(); gradients are averaged over
       them and over the ranks.
@@ -112,13 +119,19 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
     job, rank, world_size, endpoint: default to $ZEROD_JOB, $ZEROD_RANK, $ZEROD_WORLD_SIZE and
       $ZEROD_ENDPOINT (zerorun sets them).
     """
-    global _runtime
-    if _runtime is not None:
+    global _active
+    if _active is not None:
         raise ZerodError(FAILED_PRECONDITION, (
             "zt.shard: called twice; a process takes part in one zerod job with one module "
             "(shard the module that holds every trainable part, once)"))
     if not isinstance(model, torch.nn.Module):
         raise _bad(f"expected a torch.nn.Module, got {type(model).__name__}")
+    if weight_decay is None:
+        weight_decay = 0.01 if optimizer == "adamw" else 0.0
+    if not (isinstance(collective_timeout, (int, float)) and math.isfinite(collective_timeout)
+            and collective_timeout > 0):
+        raise _bad(f"collective_timeout must be a finite number of seconds > 0, not "
+                   f"{collective_timeout!r}")
     if hasattr(model, "_zerod_runtime"):
         raise ZerodError(FAILED_PRECONDITION, "zt.shard: this module was sharded already")
     _check_arguments(stage, dtype, lr, betas, eps, weight_decay, optimizer, max_grad_norm,
@@ -180,33 +193,77 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
         config = {"device": dev, "accumulation_steps": int(gradient_accumulation_steps),
                   "loss_scaling": loss_scaling, "cast_forward_inputs": cast_forward_inputs}
         runtime = Runtime(model, trainable, session, info, config)
+        runtime.owner = _SessionOwner(session)
         runtime.bind()
     except BaseException:
         session.close()
         raise
     runtime.frozen = frozen
-    _runtime = runtime
+    _active = runtime
     model._zerod_runtime = runtime
+    _guard_state_dict(model, runtime)
     atexit.register(_leave_at_exit)
     opt = ZeroOptimizer(runtime, [e.param for e in trainable],
                         dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
     return model, opt
 
 
+class _SessionOwner:
+    """Closes the session (frees zerod's memory) when the last tensor over that memory goes."""
+
+    def __init__(self, session):
+        self.session = session
+
+    def __del__(self):
+        self.session.close()
+
+
 def _broadcast_module_state(session, frozen, model):
-    """Rank 0's frozen parameters and floating-point buffers to every rank (DDP broadcasts its
-    module's state at construction too), in one fp32 collective."""
-    tensors = [p for _, p in frozen] + [b for b in model.buffers() if b.is_floating_point()]
+    """Rank 0's frozen parameters and buffers (any dtype, bit for bit) to every rank, as DDP
+    broadcasts its module's state at construction, in one collective: the bytes travel as fp32
+    words, which a broadcast copies without arithmetic."""
+    tensors = [p for _, p in frozen] + list(model.buffers())
     if not tensors:
         return
-    flat = torch.cat([t.detach().to("cpu", torch.float32).reshape(-1) for t in tensors])
-    session.broadcast(flat.data_ptr(), flat.numel(), 0)
+    raw = [t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8) for t in tensors]
+    total = sum(r.numel() for r in raw)
+    flat = torch.zeros((total + 3) // 4 * 4, dtype=torch.uint8)
+    offset = 0
+    for r in raw:
+        flat[offset:offset + r.numel()] = r
+        offset += r.numel()
+    words = flat.view(torch.float32)
+    session.broadcast(words.data_ptr(), words.numel(), 0)
     offset = 0
     with torch.no_grad():
-        for t in tensors:
-            n = t.numel()
-            t.copy_(flat[offset:offset + n].view(t.shape))
+        for t, r in zip(tensors, raw):
+            n = r.numel()
+            t.copy_(flat[offset:offset + n].view(t.dtype).view(t.shape))
             offset += n
+
+
+def _guard_state_dict(model, rt):
+    """model.state_dict() at stage 3 would hold empty placeholders, and model.load_state_dict()
+    at stage 3 or in 16 bits would be lost (zerod's fp32 master is the parameter): both refuse
+    and say what to call instead. (In fp32 below stage 3 the parameters are the master: both
+    work as in torch.)"""
+    if rt.stage < 3 and rt.dtype_name == "fp32":
+        return
+
+    def on_save(module, state_dict, prefix, local_metadata):
+        if rt.stage == 3 and not rt.exporting and not rt.closed:
+            raise ZerodError(FAILED_PRECONDITION, (
+                "zerod: at stage 3 the module's parameters are sharded (each holds nothing "
+                "between forwards): zt.full_state_dict(model) gathers them (a collective)"))
+
+    def on_load(state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        if not rt.loading and not rt.closed:
+            raise ZerodError(FAILED_PRECONDITION, (
+                f"zerod: at stage {rt.stage} with {rt.dtype_name} the parameters are zerod's fp32 "
+                "master copy: load them with zt.load_state_dict(model, state_dict) (a collective)"))
+
+    model._register_state_dict_hook(on_save)
+    model._register_load_state_dict_pre_hook(on_load)
 
 
 class ZeroOptimizer(torch.optim.Optimizer):
@@ -264,9 +321,9 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
 
 def _require():
-    if _runtime is None:
+    if _active is None:
         raise ZerodError(FAILED_PRECONDITION, "zerod: no job yet (call zt.shard first)")
-    return _runtime
+    return _active
 
 
 def _env_int(name):
@@ -280,12 +337,12 @@ def _env_int(name):
 
 def rank():
     """This process's rank: the job's once zt.shard has joined, else $ZEROD_RANK."""
-    return _runtime.info["rank"] if _runtime is not None else _env_int("ZEROD_RANK")
+    return _active.info["rank"] if _active is not None else _env_int("ZEROD_RANK")
 
 
 def world_size():
     """The job's number of ranks: once joined the plan's, else $ZEROD_WORLD_SIZE."""
-    return _runtime.info["world_size"] if _runtime is not None else _env_int("ZEROD_WORLD_SIZE")
+    return _active.info["world_size"] if _active is not None else _env_int("ZEROD_WORLD_SIZE")
 
 
 def average(value):
@@ -309,10 +366,51 @@ def full_state_dict(model):
         pieces[id(e.param)] = flat[offset:offset + n].view(rt.shapes[e.index])
         offset += n
     state = collections.OrderedDict()
-    for name, value in model.state_dict(keep_vars=True).items():
+    rt.exporting = True
+    try:
+        entries = list(model.state_dict(keep_vars=True).items())
+    finally:
+        rt.exporting = False
+    for name, value in entries:
         full = pieces.get(id(value))
         state[name] = full if full is not None else value.detach().to("cpu").clone()
     return state
+
+
+def load_state_dict(model, state_dict):
+    """Loads an unsharded state dict (model.state_dict() or zt.full_state_dict keys) into a
+    sharded module: trainable parameters into zerod's fp32 master and its 16-bit copy, from rank
+    0's dict (a collective: every rank calls it; the others' values are not read), frozen
+    parameters and buffers from each rank's own. Adam's moments and step are kept, as when a
+    torch module's weights are loaded under a running optimizer. Every key must be present."""
+    rt = getattr(model, "_zerod_runtime", None)
+    if rt is None or rt.closed:
+        raise ZerodError(FAILED_PRECONDITION, "zt.load_state_dict: the module is not sharded")
+    by_id = {id(e.param): e for e in rt.trainable}
+    values = [None] * len(rt.trainable)
+    for name, p in model.named_parameters():
+        e = by_id.get(id(p))
+        if e is None or values[e.index] is not None:
+            continue
+        if name not in state_dict:
+            raise ZerodError(INVALID_ARGUMENT, f"zt.load_state_dict: '{name}' is missing")
+        v = state_dict[name]
+        if tuple(v.shape) != rt.shapes[e.index]:
+            raise ZerodError(INVALID_ARGUMENT, (
+                f"zt.load_state_dict: '{name}' has shape {tuple(v.shape)}, the module's is "
+                f"{rt.shapes[e.index]}"))
+        values[e.index] = v.detach().to("cpu", torch.float32).contiguous()
+    rt.session.init_from(0, [v.data_ptr() for v in values])
+    rt.loading = True
+    try:
+        with torch.no_grad():
+            others = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
+            for name, value in others + list(model.named_buffers()):
+                if name not in state_dict:
+                    raise ZerodError(INVALID_ARGUMENT, f"zt.load_state_dict: '{name}' is missing")
+                value.copy_(state_dict[name])
+    finally:
+        rt.loading = False
 
 
 def memory_stats():
@@ -334,16 +432,19 @@ def shutdown():
 
 
 def _leave(keep_parameters):
-    global _runtime
-    rt = _runtime
+    global _active
+    rt = _active
     if rt is None:
         return
-    _runtime = None
+    _active = None
     try:
         rt.session.leave()
     finally:
         rt.detach(keep_parameters)
-        rt.session.close()
+        if not keep_parameters:
+            rt.session.close()
+        # Otherwise the session's memory goes with its owner: now, or when the last view of it
+        # that the program still holds (a state_dict() taken earlier) goes.
 
 
 def _leave_at_exit():

@@ -11,6 +11,8 @@ units in the order of the module tree.
 
 import collections
 
+import torch
+
 ROOT_UNIT = "<root>"
 
 
@@ -37,11 +39,29 @@ def _common_prefix(names):
     return ".".join(common)
 
 
-def _unit_rule(units):
-    """units: None (every module holding parameters), an iterable of module classes, or a
-    callable(name, module) -> bool."""
+def _inside_attention(name, modules):
+    """Whether an enclosing module (not the module itself) is an nn.MultiheadAttention."""
+    parts = name.split(".")[:-1] if name else None
+    while parts is not None:
+        if isinstance(modules.get(".".join(parts)), torch.nn.MultiheadAttention):
+            return True
+        if not parts:
+            return False
+        parts.pop()
+    return False
+
+
+def _unit_rule(units, modules):
+    """units: None (every module holding parameters; but a module whose forward uses its
+    children's parameters directly keeps them: nn.MultiheadAttention reads out_proj.weight
+    without calling out_proj), an iterable of module classes, or a callable(name, module) ->
+    bool. `modules`: the model's modules by qualified name."""
     if units is None:
-        return lambda name, module: len(module._parameters) > 0
+        def default(name, module):
+            if isinstance(module, torch.nn.MultiheadAttention):
+                return True
+            return len(module._parameters) > 0 and not _inside_attention(name, modules)
+        return default
     if callable(units) and not isinstance(units, type):
         return units
     classes = tuple(units) if not isinstance(units, type) else (units,)
@@ -73,7 +93,7 @@ def collect(model, units=None):
                 entry = by_id[id(p)] = TrainableParameter(qualified, p)
             entry.owners.append(module_name)
 
-    accept = _unit_rule(units)
+    accept = _unit_rule(units, modules)
     order = {name: i for i, name in enumerate(modules)}
 
     def unit_of(module_name):

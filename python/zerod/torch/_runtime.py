@@ -16,6 +16,7 @@ engine from torch's forward and backward.
 """
 
 import collections
+import math
 
 import torch
 from torch.autograd.graph import saved_tensors_hooks
@@ -84,6 +85,8 @@ class Runtime:
         self.numels = [e.param.numel() for e in trainable]
         self.internal = 0  # > 0 while our own hooks run (the first forward's use check skips them)
         self.closed = False  # the session is gone (zt.shutdown)
+        self.exporting = False  # zt.full_state_dict is reading model.state_dict()
+        self.loading = False  # zt.load_state_dict is writing buffers
         self.tensor_units = info["tensor_units"]  # layout index -> segment (= unit at stage 3)
         self.segment_size = collections.Counter(self.tensor_units)
         self.unit_entries = collections.defaultdict(list)
@@ -92,7 +95,10 @@ class Runtime:
         self.placeholder = torch.empty(0, dtype=self.dtype, device=self.device)
         self.held = set()  # stage 3: units gathered for torch
         self.live = {}  # stage 3: storage address -> entry, for gathered parameters
-        self.first_forward = True
+        self.checked_modes = set()  # grad modes whose first forward ran the use check
+        self.saved_hooks = []  # saved-tensor hooks entered by units running now
+        self.versions = [0] * len(trainable)  # p._version when zerod last set the parameter
+        self.owner = None  # keeps the session's memory alive while a view of it exists
         self.micro_steps = 0
         self.scaled_backward = False  # the running backward's loss was multiplied by the scale
         self.keepalive = []  # fp32 gradients the device may still read (GPU)
@@ -119,10 +125,15 @@ class Runtime:
                 self._point(e, self.session.param(e.index))
             else:
                 e.param.data = self.placeholder
+                self.versions[e.index] = e.param._version
         if self.stage == 3:
             for unit, entries in self.unit_entries.items():
                 module = self.model.get_submodule(entries[0].unit) if entries[0].unit else self.model
-                self._hook_handles.append(module.register_forward_pre_hook(self._pre_forward(unit)))
+                pre = module.register_forward_pre_hook(self._pre_forward(unit))
+                # First of the module's pre-hooks: weight_norm's and spectral_norm's compute the
+                # weight from parameters that must be gathered already.
+                module._forward_pre_hooks.move_to_end(pre.id, last=False)
+                self._hook_handles.append(pre)
                 self._hook_handles.append(module.register_forward_hook(self._post_forward(unit)))
         original = self.model.forward
         runtime = self
@@ -133,15 +144,21 @@ class Runtime:
         self.model.forward = forward
 
     def _point(self, e, address):
-        view = tensor_at(address, self.numels[e.index], self.dtype_name, self.device)
+        view = tensor_at(address, self.numels[e.index], self.dtype_name, self.device, self.owner)
         e.param.data = view.view(self.shapes[e.index])
+        self.versions[e.index] = e.param._version
         return view
 
     def detach(self, keep_parameters):
-        """The session is about to go: no parameter may keep pointing into its memory."""
+        """The job was left: parameters stop pointing into the session's memory (a copy below
+        stage 3 when `keep_parameters`), and the runtime lets go of the memory's owner, so the
+        memory goes when the last other view of it does (a state_dict() taken earlier)."""
         self.closed = True
         for handle in self._hook_handles:
             handle.remove()
+        while self.saved_hooks:
+            self.saved_hooks.pop().__exit__(None, None, None)
+        self.owner = None
         with torch.no_grad():
             for e in self.trainable:
                 if self.stage < 3 and keep_parameters:
@@ -161,13 +178,12 @@ class Runtime:
         self.check_parameters()
         if self.cast_inputs:
             args, kwargs = _cast_floats(args, self.dtype), _cast_floats(kwargs, self.dtype)
-        if self.stage < 3:
+        mode = torch.is_grad_enabled()
+        if self.stage < 3 or mode in self.checked_modes or TorchFunctionMode is None:
             return original(*args, **kwargs)
-        with saved_tensors_hooks(self._pack, self._unpack):
-            if self.first_forward and TorchFunctionMode is not None and torch.is_grad_enabled():
-                self.first_forward = False
-                with _UseCheck(self):
-                    return original(*args, **kwargs)
+        # The first forward with and without grad: no parameter used while its unit is released.
+        self.checked_modes.add(mode)
+        with _UseCheck(self):
             return original(*args, **kwargs)
 
     def check_parameters(self):
@@ -190,20 +206,29 @@ class Runtime:
     def _pre_forward(self, unit):
         def hook(module, inputs):
             self.gather(unit)
+            # While a unit runs, activations saved as views of its parameters are kept by
+            # reference (whoever calls the unit: the root's forward, a container's user, a
+            # checkpoint's recompute in backward, on any thread).
+            hooks = saved_tensors_hooks(self._pack, self._unpack)
+            hooks.__enter__()
+            self.saved_hooks.append(hooks)
         return hook
 
     def _post_forward(self, unit):
         def hook(module, inputs, output):
+            if self.saved_hooks:
+                self.saved_hooks.pop().__exit__(None, None, None)
             if torch.is_grad_enabled():
                 for t in _tensors_in(output):
                     if t.requires_grad:
                         t.register_hook(self._pre_backward(unit))
-            self.release(unit)
+            if not self.in_backward:  # a checkpoint's recompute: backward releases it
+                self.release(unit)
         return hook
 
     def _pre_backward(self, unit):
         def hook(grad):
-            self._start_backward()
+            self._start_backward(counts=False)
             if self.units_left[unit] > 0:
                 self.gather(unit)
         return hook
@@ -213,6 +238,8 @@ class Runtime:
             return
         self.internal += 1
         try:
+            for e in self.unit_entries[unit]:
+                self._check_unchanged(e, "while its unit was released")
             self.session.gather(unit)
             for e in self.unit_entries[unit]:
                 view = self._point(e, self.session.param(e.index))
@@ -229,10 +256,13 @@ class Runtime:
             if self.device.type == "cuda":
                 # Kernels torch queued may still read the unit: its buffer must outlive them.
                 torch.cuda.current_stream(self.device).synchronize()
+            for e in self.unit_entries[unit]:
+                self._check_unchanged(e, "while its unit was gathered")
             self.session.release(unit)
             for e in self.unit_entries[unit]:
                 self.live.pop(storage_key(e.param), None)
                 e.param.data = self.placeholder
+                self.versions[e.index] = e.param._version
             self.held.discard(unit)
         finally:
             self.internal -= 1
@@ -262,20 +292,26 @@ class Runtime:
 
     def _reset_backward(self):
         self.in_backward = False
+        self.counted = False  # a parameter gradient arrived in this backward
         self.grad_seen = [False] * len(self.trainable)
         self.pending = collections.defaultdict(list)
         self.units_left = {u: len(es) for u, es in self.unit_entries.items()}
 
-    def _start_backward(self):
-        if self.in_backward:
+    def _start_backward(self, counts):
+        """The first hook of a backward queues the end-of-backward callback. A micro-step starts
+        with the first parameter gradient (`counts`), not with an output's gradient alone, which
+        torch.autograd.grad(outputs, inputs) also produces."""
+        if not self.in_backward:
+            self.in_backward = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+        if not counts or self.counted:
             return
+        self.counted = True
         if self.micro_steps >= self.accumulation:
             raise ZerodError(FAILED_PRECONDITION, (
                 f"zerod: backward number {self.micro_steps + 1} before opt.step(), with "
                 f"gradient_accumulation_steps={self.accumulation}: call opt.step() after "
                 f"{self.accumulation} backward pass(es)"))
-        self.in_backward = True
-        torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
 
     def _grad_hook(self, e):
         def hook(*unused):
@@ -284,7 +320,7 @@ class Runtime:
             grad = e.param.grad
             e.param.grad = None
             if grad is not None:
-                self._start_backward()
+                self._start_backward(counts=True)
                 self._deliver(e, grad)
         return hook
 
@@ -319,6 +355,10 @@ class Runtime:
             self.keepalive.append(g)  # the engine's stream may still read it
 
     def _end_backward(self):
+        if not self.counted:  # no parameter gradient (torch.autograd.grad): no micro-step
+            self.release_all()
+            self._reset_backward()
+            return
         # Parameters the graph did not reach contribute zeros: every rank gives every tensor.
         for e in self.trainable:
             if not self.grad_seen[e.index]:
@@ -341,10 +381,29 @@ class Runtime:
             raise ZerodError(FAILED_PRECONDITION, (
                 f"zerod: opt.step() after {self.micro_steps} backward pass(es); expected "
                 f"{self.accumulation} (gradient_accumulation_steps)"))
+        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
+            raise ZerodError(INVALID_ARGUMENT, (
+                f"zerod: learning rate {lr!r} (param_groups[0]['lr']) is not a finite number >= 0"))
         self.release_all()
+        for e in self.trainable:
+            self._check_unchanged(e, "since the last step")
         result = self.session.step(lr)
         self.micro_steps = 0
         return result
+
+    def _check_unchanged(self, e, when):
+        """An in-place change to a parameter (p.clamp_(), p.copy_()) that zerod would silently
+        lose: at stage 3 it touches a gathered copy or a placeholder, with bf16/fp16 it touches
+        the 16-bit copy and Adam's fp32 master overwrites it. (In fp32 below stage 3 the
+        parameter is the master itself, so the change stays and is allowed.)"""
+        if self.stage < 3 and self.dtype == torch.float32:
+            return
+        if e.param._version != self.versions[e.index]:
+            self.versions[e.index] = e.param._version
+            raise ZerodError(FAILED_PRECONDITION, (
+                f"zerod: parameter '{e.name}' was changed in place {when}; at stage "
+                f"{self.stage} with {self.dtype_name} zerod's fp32 master copy is the parameter, "
+                "so the change would be lost: load new values with zt.load_state_dict"))
 
 
 # Functions that look at a tensor without reading its values: allowed on a released parameter.
