@@ -112,6 +112,18 @@ absl::Status ZeroEngine::Wait(std::unique_ptr<comm::Work> work) {
   return s.ok() ? s : Explain(std::move(s));
 }
 
+absl::Status ZeroEngine::WaitAll(std::vector<std::unique_ptr<comm::Work>> works) {
+  absl::Status first;
+  for (std::unique_ptr<comm::Work>& work : works) {
+    if (first.ok()) {
+      first = Wait(std::move(work));
+    } else {
+      work->Abort(first);  // the communicator failed already: stop waiting for the rest
+    }
+  }
+  return first;
+}
+
 absl::Status ZeroEngine::Explain(absl::Status failure) {
   // A cause already known (a rank the coordinator declared lost) needs no order check, which
   // would only wait for the lost rank's sequence.
@@ -146,6 +158,12 @@ absl::Status ZeroEngine::Blame(const absl::Status& check, const absl::Status& fa
 }
 
 absl::Status ZeroEngine::InitParameters(const std::function<void(int64_t, float*)>& init) {
+  ZEROD_RETURN_IF_ERROR(InitTensors(0, static_cast<int64_t>(plan_->tensors().size()), init));
+  return ops_->Synchronize();
+}
+
+absl::Status ZeroEngine::InitTensors(int64_t first, int64_t last,
+                                     const std::function<void(int64_t, float*)>& init) {
   std::vector<float> full;
   std::vector<char> staged;  // values converted to a buffer's dtype, on the host
   auto upload = [&](PlannedBuffer& b, int64_t at, const float* values, int64_t n) {
@@ -167,13 +185,13 @@ absl::Status ZeroEngine::InitParameters(const std::function<void(int64_t, float*
     }
     return absl::OkStatus();
   };
-  for (int64_t t = 0; t < static_cast<int64_t>(plan_->tensors().size()); ++t) {
+  for (int64_t t = first; t < last; ++t) {
     full.assign(static_cast<size_t>(plan_->placements()[static_cast<size_t>(t)].numel), 0.0f);
     init(t, full.data());
     ZEROD_RETURN_IF_ERROR(put(params_, t));
     if (mixed()) ZEROD_RETURN_IF_ERROR(put(master_, t));
   }
-  return ops_->Synchronize();
+  return absl::OkStatus();
 }
 
 absl::Status ZeroEngine::Broadcast(float* values, int64_t count, int64_t root) {
@@ -191,21 +209,38 @@ absl::Status ZeroEngine::Broadcast(float* values, int64_t count, int64_t root) {
 }
 
 absl::Status ZeroEngine::InitParametersFrom(int64_t root,
-                                            const std::function<void(int64_t, float*)>& init) {
+                                            const std::function<void(int64_t, float*)>& init,
+                                            int64_t batch_numel) {
+  // In batches of consecutive tensors of at most batch_numel elements (a larger tensor alone), so
+  // the copies on the way (the host batch, the communicator's) stay small beside the model:
+  // a rank that will hold 1/N of it at stage 3 must not hold all of it twice first.
   const std::vector<plan::TensorPlacement>& places = plan_->placements();
-  std::vector<int64_t> start(places.size() + 1, 0);  // tensor t at start[t] of the unpadded model
-  for (size_t t = 0; t < places.size(); ++t) start[t + 1] = start[t] + places[t].numel;
-  std::vector<float> model(static_cast<size_t>(start.back()));
-  if (rank_ == root) {
-    for (size_t t = 0; t < places.size(); ++t) {
-      init(static_cast<int64_t>(t), model.data() + start[t]);
+  const int64_t count = static_cast<int64_t>(places.size());
+  std::vector<float> batch;
+  std::vector<int64_t> start;  // tensor first + k at start[k] of the batch
+  for (int64_t first = 0; first < count;) {
+    int64_t last = first;
+    start.assign(1, 0);
+    while (
+        last < count &&
+        (last == first || start.back() + places[static_cast<size_t>(last)].numel <= batch_numel)) {
+      start.push_back(start.back() + places[static_cast<size_t>(last)].numel);
+      ++last;
     }
+    batch.assign(static_cast<size_t>(start.back()), 0.0f);
+    if (rank_ == root) {
+      for (int64_t t = first; t < last; ++t) {
+        init(t, batch.data() + start[static_cast<size_t>(t - first)]);
+      }
+    }
+    ZEROD_RETURN_IF_ERROR(Broadcast(batch.data(), start.back(), root));
+    ZEROD_RETURN_IF_ERROR(InitTensors(first, last, [&](int64_t t, float* out) {
+      std::copy(batch.begin() + start[static_cast<size_t>(t - first)],
+                batch.begin() + start[static_cast<size_t>(t - first) + 1], out);
+    }));
+    first = last;
   }
-  ZEROD_RETURN_IF_ERROR(Broadcast(model.data(), start.back(), root));
-  return InitParameters([&](int64_t t, float* out) {
-    std::copy(model.begin() + start[static_cast<size_t>(t)],
-              model.begin() + start[static_cast<size_t>(t) + 1], out);
-  });
+  return ops_->Synchronize();
 }
 
 absl::Status ZeroEngine::LaunchGather(int64_t segment, int64_t gather) {
@@ -416,11 +451,13 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
     log_.Record("all_reduce", grads_.memory.numel(), gd);
     ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(grads_.memory.data(), grads_.memory.numel(), gd)));
   } else {
+    std::vector<std::unique_ptr<comm::Work>> reductions;
     for (const plan::Segment& seg : plan_->segments()) {
       log_.Record("reduce_scatter", seg.slice_numel, gd);
-      ZEROD_RETURN_IF_ERROR(
-          Wait(comm_->ReduceScatter(grads_.memory.at(seg.flat_offset), seg.slice_numel, gd)));
+      reductions.push_back(
+          comm_->ReduceScatter(grads_.memory.at(seg.flat_offset), seg.slice_numel, gd));
     }
+    ZEROD_RETURN_IF_ERROR(WaitAll(std::move(reductions)));
   }
   const std::vector<plan::OwnedRange> ranges = plan_->OwnedRanges(rank_);
   // 2. Overflow and the global norm, from this rank's reduced gradients.
@@ -483,11 +520,13 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
   ZEROD_RETURN_IF_ERROR(ops_->Adam(shards, k));
   // 4. Every rank gets the new parameters (stages 1-2).
   if (stage_ == 1 || stage_ == 2) {
+    std::vector<std::unique_ptr<comm::Work>> gathers;
     for (const plan::Segment& seg : plan_->segments()) {
       log_.Record("all_gather", seg.slice_numel, param_dtype());
-      ZEROD_RETURN_IF_ERROR(Wait(
-          comm_->AllGather(params_.memory.at(seg.flat_offset), seg.slice_numel, param_dtype())));
+      gathers.push_back(
+          comm_->AllGather(params_.memory.at(seg.flat_offset), seg.slice_numel, param_dtype()));
     }
+    ZEROD_RETURN_IF_ERROR(WaitAll(std::move(gathers)));
   }
   ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
   ZEROD_RETURN_IF_ERROR(ops_->Synchronize());

@@ -110,9 +110,11 @@ class ZeroEngine {
   absl::Status InitParameters(const std::function<void(int64_t, float*)>& init);
   // Sets initial parameters from rank `root`'s values, as data-parallel wrappers start (torch DDP
   // broadcasts rank 0's module): init is called on `root` only, and the values are broadcast (a
-  // collective: every rank calls it). Holds the whole model in fp32 once, on the host and in the
-  // communicator's memory, while it runs.
-  absl::Status InitParametersFrom(int64_t root, const std::function<void(int64_t, float*)>& init);
+  // collective: every rank calls it), in batches of tensors of up to `batch_numel` elements (16 MiB
+  // of fp32; or one larger tensor),
+  // so what it holds on the way is a batch, not the model.
+  absl::Status InitParametersFrom(int64_t root, const std::function<void(int64_t, float*)>& init,
+                                  int64_t batch_numel = int64_t{4} << 20);
   // Rank `root`'s `count` floats (host memory) into every rank's `values`, through the
   // communicator's memory (a collective; checked and explained as every collective is). For
   // state outside the plan, such as a module's buffers.
@@ -180,9 +182,15 @@ class ZeroEngine {
   ZeroEngine(std::shared_ptr<const plan::ShardPlan> plan, comm::Communicator* comm,
              EngineOptions options);
   absl::Status AllocateBuffers();
+  // InitParameters for tensors [first, last), without the final Synchronize.
+  absl::Status InitTensors(int64_t first, int64_t last,
+                           const std::function<void(int64_t, float*)>& init);
   // The one buffer of a category, or nullptr for the bucket and gather buffers (several each).
   PlannedBuffer* SingleBuffer(plan::MemoryCategory category);
   absl::Status Wait(std::unique_ptr<comm::Work> work);
+  // Collectives issued back to back (they run in order on the communicator), waited for
+  // together: no host round trip between them. The first failure is returned, explained.
+  absl::Status WaitAll(std::vector<std::unique_ptr<comm::Work>> works);
   // The cause of a failed collective: a loss already known, else a divergence of the ranks'
   // collective order, else what explain_failure finds given time.
   absl::Status Explain(absl::Status failure);

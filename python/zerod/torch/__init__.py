@@ -93,7 +93,7 @@ def _device_of(model, trainable, device):
 def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
           weight_decay=None, optimizer="adamw", max_grad_norm=0.0, *,
           gradient_accumulation_steps=1, units=None, prefetch=1, max_live_units=None,
-          bucket_cap_mb=64, gather_unit_mb=64, budget=None, initial_scale_power=16,
+          bucket_cap_mb=25, gather_unit_mb=64, budget=None, initial_scale_power=16,
           cast_forward_inputs=True, threads=None, device=None, job=None, rank=None,
           world_size=None, endpoint=None, collective_timeout=120.0):
     """Joins the zerod job, shards `model` under the coordinator's plan and returns
@@ -113,7 +113,8 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
       module that holds parameters. Parameters outside any unit belong to the root's unit.
     prefetch: units gathered ahead (stage 3); max_live_units: gathered units held at once
       (default: the units' nesting depth + prefetch + 1).
-    bucket_cap_mb: gradient reduction buckets (DDP's bucket_cap_mb); gather_unit_mb: the
+    bucket_cap_mb: gradient reduction buckets (DDP's bucket_cap_mb and default, 25); at stages
+      2-3 two bucket buffers of this size are allocated; gather_unit_mb: the
       largest unit formed by size when units are not labelled.
     cast_forward_inputs: with bf16/fp16, floating-point inputs of model(...) are cast to it.
     job, rank, world_size, endpoint: default to $ZEROD_JOB, $ZEROD_RANK, $ZEROD_WORLD_SIZE and

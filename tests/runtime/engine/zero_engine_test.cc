@@ -549,9 +549,14 @@ TEST(ZeroEngine, InitParametersFromTakesTheRootsValuesOnEveryRank) {
           ZEROD_ASSIGN_OR_RETURN(auto comm, comm::GlooCommunicator::Create(store, r, 2, {}));
           ZEROD_ASSIGN_OR_RETURN(auto e,
                                  ZeroEngine::Create(plan, comm.get(), Options(DType::kFloat32)));
-          ZEROD_RETURN_IF_ERROR(e->InitParametersFrom(0, [r](int64_t t, float* p) {
-            for (int64_t i = 0; i < 4; ++i) p[i] = r == 0 ? PairInit(4 * t + i) : 99.0f;
-          }));
+          // Batches of at most 9 elements: two tensors of 4 each, so three broadcasts.
+          ZEROD_RETURN_IF_ERROR(e->InitParametersFrom(
+              0,
+              [r](int64_t t, float* p) {
+                for (int64_t i = 0; i < 4; ++i) p[i] = r == 0 ? PairInit(4 * t + i) : 99.0f;
+              },
+              /*batch_numel=*/9));
+          EXPECT_EQ(e->BytesSent().at("broadcast"), r == 0 ? 24 * 4 : 0);
           std::vector<float>& mine = extra[static_cast<size_t>(r)];
           for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>(10 * r + i);
           ZEROD_RETURN_IF_ERROR(e->Broadcast(mine.data(), 3, 0));
