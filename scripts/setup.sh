@@ -22,7 +22,7 @@ PACKAGES=(
   # the torch reference for the Adam vectors (scripts/make_adam_vectors.py, /usr/bin/python3)
   python3-torch
   # the PyTorch front end (python/zerod): its tests, the torchvision example
-  python3-pytest python3-torchvision python3-numpy
+  python3-pytest python3-torchvision python3-numpy python3-pyflakes
 )
 
 missing=()

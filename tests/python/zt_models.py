@@ -137,8 +137,8 @@ class WithBuffers(Nested):
         return super().forward(x[:, self.perm] + self.table.sum().float())
 
 
-MODELS = {"buffers": WithBuffers, "elementwise": Elementwise, "nested": Nested, "tied": Tied, "frozen": Frozen, "batchnorm": WithBatchNorm,
-          "reused": Reused, "outside": OutsideUse}
+MODELS = {"buffers": WithBuffers, "elementwise": Elementwise, "nested": Nested, "tied": Tied,
+          "frozen": Frozen, "batchnorm": WithBatchNorm, "reused": Reused, "outside": OutsideUse}
 TOKEN_MODELS = {"tied", "outside"}
 
 

@@ -22,24 +22,9 @@ import torch
 from torch.autograd.graph import saved_tensors_hooks
 
 from zerod._native import ZerodError, FAILED_PRECONDITION, INVALID_ARGUMENT
-from zerod.torch._layout import unit_label
 from zerod.torch._memory import DTYPES, storage_key, tensor_at
 
-try:  # torch >= 1.13
-    from torch.overrides import TorchFunctionMode
-except ImportError:  # pragma: no cover
-    TorchFunctionMode = None
-
-
-def _tensors_in(value):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors_in(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors_in(v)
+from zerod.torch._use_check import UseCheck, available as use_check_available, tensors_in
 
 
 def _cast_floats(value, dtype):
@@ -128,7 +113,8 @@ class Runtime:
                 self.versions[e.index] = e.param._version
         if self.stage == 3:
             for unit, entries in self.unit_entries.items():
-                module = self.model.get_submodule(entries[0].unit) if entries[0].unit else self.model
+                name = entries[0].unit
+                module = self.model.get_submodule(name) if name else self.model
                 pre = module.register_forward_pre_hook(self._pre_forward(unit))
                 # First of the module's pre-hooks: weight_norm's and spectral_norm's compute the
                 # weight from parameters that must be gathered already.
@@ -179,11 +165,11 @@ class Runtime:
         if self.cast_inputs:
             args, kwargs = _cast_floats(args, self.dtype), _cast_floats(kwargs, self.dtype)
         mode = torch.is_grad_enabled()
-        if self.stage < 3 or mode in self.checked_modes or TorchFunctionMode is None:
+        if self.stage < 3 or mode in self.checked_modes or not use_check_available:
             return original(*args, **kwargs)
         # The first forward with and without grad: no parameter used while its unit is released.
         self.checked_modes.add(mode)
-        with _UseCheck(self):
+        with UseCheck(self):
             return original(*args, **kwargs)
 
     def check_parameters(self):
@@ -219,7 +205,7 @@ class Runtime:
             if self.saved_hooks:
                 self.saved_hooks.pop().__exit__(None, None, None)
             if torch.is_grad_enabled():
-                for t in _tensors_in(output):
+                for t in tensors_in(output):
                     if t.requires_grad:
                         t.register_hook(self._pre_backward(unit))
             if not self.in_backward:  # a checkpoint's recompute: backward releases it
@@ -404,36 +390,3 @@ class Runtime:
                 f"zerod: parameter '{e.name}' was changed in place {when}; at stage "
                 f"{self.stage} with {self.dtype_name} zerod's fp32 master copy is the parameter, "
                 "so the change would be lost: load new values with zt.load_state_dict"))
-
-
-# Functions that look at a tensor without reading its values: allowed on a released parameter.
-_INSPECTIONS = frozenset((
-    "__get__", "__set__", "__repr__", "__format__", "__hash__", "size", "dim", "numel",
-    "nelement", "stride", "storage_offset", "element_size", "data_ptr", "storage",
-    "untyped_storage", "_typed_storage", "is_contiguous", "is_floating_point", "is_complex",
-    "register_hook", "requires_grad_", "get_device", "type", "__len__"))
-
-
-class _UseCheck(TorchFunctionMode if TorchFunctionMode is not None else object):
-    """The first forward at stage 3: a parameter whose unit is not gathered must not be used.
-    (Looking at its size, storage or device is fine: _INSPECTIONS.)"""
-
-    def __init__(self, runtime):
-        super().__init__()
-        self.runtime = runtime
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        rt = self.runtime
-        if rt.internal or getattr(func, "__name__", "") in _INSPECTIONS:
-            return func(*args, **kwargs)
-        for t in _tensors_in((args, kwargs)):
-            e = rt.by_id.get(id(t))
-            if e is not None and rt.tensor_units[e.index] not in rt.held:
-                name = getattr(func, "__name__", str(func))
-                raise ZerodError(INVALID_ARGUMENT, (
-                    f"zerod: parameter '{e.name}' is used (by {name}) outside the forward of its "
-                    f"gather unit '{unit_label(e.unit)}'; at stage 3 a unit's parameters exist only "
-                    "during its forward: pass zt.shard(..., units=...) so that one unit encloses "
-                    f"every use of '{e.name}' (for instance the module class whose forward uses it)"))
-        return func(*args, **kwargs)
