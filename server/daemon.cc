@@ -1,17 +1,18 @@
 #include "server/daemon.h"
 
+#include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <sys/stat.h>
-
-#include <filesystem>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/clock.h"
 #include "server/coordinator_service.h"
 #include "server/inspect_service.h"
+#include "server/instance_lock.h"
 #include "server/job_registry.h"
 #include "server/logging.h"
 #include "server/store_service.h"
@@ -25,13 +26,23 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   }
   std::unique_ptr<Daemon> d(new Daemon());
   d->options_ = options;
-  std::error_code ec;
-  std::filesystem::create_directories(options.data_dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create data dir ", options.data_dir, ": ", ec.message()));
+  // Claimed before the state is opened and held for the daemon's life: one zerod per data dir and
+  // per socket path.
+  auto data_lock = ClaimDataDir(options.data_dir);
+  if (!data_lock.ok()) return data_lock.status();
+  d->data_lock_.emplace(*std::move(data_lock));
+  if (!options.socket_path.empty()) {
+    auto socket_lock = ClaimSocketPath(options.socket_path);
+    if (!socket_lock.ok()) return socket_lock.status();
+    d->socket_lock_.emplace(*std::move(socket_lock));
   }
   const std::string db = options.data_dir + "/zerod.db";
+  // The state holds every job's rendezvous keys: readable by the daemon's user only (SQLite gives
+  // its -wal and -shm files the database file's mode).
+  if (const int fd = open(db.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600); fd >= 0) {
+    fchmod(fd, 0600);
+    close(fd);
+  }
   auto kv = SqliteKvStore::Open(db, options.durability);
   if (!kv.ok()) return kv.status();
   d->kv_ = *std::move(kv);
@@ -54,13 +65,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   if (!options.socket_path.empty()) {
-    const std::filesystem::path socket(options.socket_path);
-    if (socket.has_parent_path()) std::filesystem::create_directories(socket.parent_path(), ec);
-    struct stat st {};
-    // A socket left by a killed daemon would make the bind fail.
-    if (lstat(options.socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
-      std::filesystem::remove(socket, ec);
-    }
     builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
   }
   if (!options.listen_address.empty()) {

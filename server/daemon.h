@@ -7,12 +7,14 @@
 // Owns the reaper thread (stopped by Shutdown) and gRPC's threads.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "runtime/common/mutex.h"
+#include "server/instance_lock.h"
 #include "server/state/sqlite_kv_store.h"
 
 namespace grpc {
@@ -53,6 +55,9 @@ class Daemon {
   void ReaperLoop();
 
   DaemonOptions options_;
+  // Destroyed last: the claims outlive everything that uses the data dir and the socket.
+  std::optional<InstanceLock> data_lock_;
+  std::optional<InstanceLock> socket_lock_;
   std::unique_ptr<RealClock> clock_;
   std::unique_ptr<SqliteKvStore> kv_;
   std::unique_ptr<JobRegistry> registry_;

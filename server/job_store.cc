@@ -73,14 +73,20 @@ absl::Time JobStore::Deadline(const WaitLimit& limit) const {
   return std::min(clock_->Now() + timeout, limit.call_deadline);
 }
 
+absl::Status JobStore::CheckValue(const std::string& job_id, const std::string& key,
+                                  const std::string& value) const {
+  if (static_cast<int64_t>(value.size()) > limits_.max_value_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job ", job_id, ": value for key '", key, "' is ", value.size(),
+                     " bytes, over the limit of ", limits_.max_value_bytes));
+  }
+  return absl::OkStatus();
+}
+
 void JobStore::Set(const std::string& job_id, const std::string& key, std::string value,
                    Done<int64_t> done) {
   if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return done(s);
-  if (static_cast<int64_t>(value.size()) > limits_.max_value_bytes) {
-    return done(absl::ResourceExhaustedError(
-        absl::StrCat("job ", job_id, ": value for key '", key, "' is ", value.size(),
-                     " bytes, over the limit of ", limits_.max_value_bytes)));
-  }
+  if (absl::Status s = CheckValue(job_id, key, value); !s.ok()) return done(s);
   Commit({KvOp::Put(FullKey(job_id, key), std::move(value))},
          OneOp<int64_t>(std::move(done), [](const CommitResult& r) { return r.revision; }));
 }
@@ -131,6 +137,8 @@ void JobStore::CompareSet(const std::string& job_id, const std::string& key,
                           std::optional<std::string> expected, std::string desired,
                           Done<CompareSetResult> done) {
   if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return done(s);
+  // The value limit holds for every write: CompareSet stored 30 MiB once, past Set's check.
+  if (absl::Status s = CheckValue(job_id, key, desired); !s.ok()) return done(s);
   Commit({KvOp::CompareAndSwap(FullKey(job_id, key), std::move(expected), std::move(desired))},
          OneOp<CompareSetResult>(std::move(done), [](const CommitResult& r) {
            return CompareSetResult{r.results[0].applied, r.results[0].value.value_or("")};

@@ -80,6 +80,9 @@ class JobStore {
   void Shutdown() { waits_.Shutdown(); }
 
  private:
+  // The value size limit, for every call that writes one.
+  absl::Status CheckValue(const std::string& job_id, const std::string& key,
+                          const std::string& value) const;
   absl::Status CheckJobAndKey(const std::string& job_id, const std::string& key) const;
   absl::Time Deadline(const WaitLimit& limit) const;
   // kv_->Commit, counted so that the destructor can wait for `done`.

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -77,6 +78,21 @@ int main(int argc, char** argv) {
   }
   if (ranks < 1) {
     std::cerr << "zerorun: -n must be at least 1, got " << ranks << "\n";
+    return 2;
+  }
+  // Each rank holds two pipes here (its stdout and stderr, 4 descriptors until the child has
+  // them): check the descriptor limit before forking anything, rather than fork until it runs out.
+  // And a node runs one rank per device or core, so thousands of local ranks is a mistake.
+  constexpr int kMaxLocalRanks = 4096;
+  if (ranks > kMaxLocalRanks) {
+    std::cerr << "zerorun: -n " << ranks << " is more local ranks than " << kMaxLocalRanks
+              << " (one per GPU or core; a larger job spans nodes)\n";
+    return 2;
+  }
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY &&
+                      static_cast<rlim_t>(4 * ranks + 16) > files.rlim_cur) {
+    std::cerr << "zerorun: -n " << ranks << " needs " << 4 * ranks + 16
+              << " open files, the limit is " << files.rlim_cur << " (ulimit -n)\n";
     return 2;
   }
   if (endpoint.empty() && std::getenv("ZEROD_ENDPOINT")) endpoint = std::getenv("ZEROD_ENDPOINT");

@@ -269,7 +269,11 @@ void SqliteKvStore::ProcessBatch(std::vector<Pending> batch) {
                   "key '", op.key, "' holds '", prior->value.substr(0, 32), "', not an integer"));
             }
           }
-          value += op.delta;
+          if (failed.ok() && __builtin_add_overflow(value, op.delta, &value)) {
+            // Wrapping would hand out a counter value already given (or a negative one).
+            failed = absl::OutOfRangeError(absl::StrCat("key '", op.key, "': adding ", op.delta,
+                                                        " would overflow a 64-bit integer"));
+          }
           r.value = absl::StrCat(value);
           if (failed.ok()) write(op.key, r.value);
           break;

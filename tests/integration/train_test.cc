@@ -148,6 +148,16 @@ TEST(Zerorun, PrefixesOutputSetsTheEnvironmentAndPropagatesFailure) {
   // Usage errors.
   EXPECT_EQ(RunProcess({ZERORUN_PATH, "-n", "0", "--endpoint", "x", "--", "true"}).exit_code, 2);
   EXPECT_EQ(RunProcess({ZERORUN_PATH, "-n", "2", "--endpoint", "x"}).exit_code, 2);
+  // Too many local ranks is refused before anything is forked, not run until files run out.
+  const ProcessResult many =
+      RunProcess({ZERORUN_PATH, "-n", "100000", "--endpoint", "x", "--", "true"});
+  EXPECT_EQ(many.exit_code, 2);
+  EXPECT_THAT(many.err, HasSubstr("-n 100000 is more local ranks than 4096"));
+  const ProcessResult files = RunProcess(
+      {"/bin/sh", "-c",
+       std::string("ulimit -n 64 && exec ") + ZERORUN_PATH + " -n 20 --endpoint x -- true"});
+  EXPECT_EQ(files.exit_code, 2);
+  EXPECT_THAT(files.err, HasSubstr("-n 20 needs 96 open files, the limit is 64 (ulimit -n)"));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // processes, leases, crash and restart, bad input, zeroctl, and shutdown.
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <set>
 #include <thread>
@@ -375,6 +376,42 @@ TEST(Zerod, SigtermDrainsAndExitsZero) {
   EXPECT_EQ(zerod.Terminate(), 0) << zerod.Log();
   EXPECT_THAT(zerod.Log(), HasSubstr("stopped"));
   waiting->Signal(SIGKILL);  // it would retry its join until a daemon comes back
+}
+
+TEST(Zerod, OneDaemonPerDataDirAndPerSocket) {
+  ZerodHarness zerod;
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  const std::string data = zerod.dir().path() + "/data";
+  TempDir other;
+  auto start = [&](const std::string& socket, const std::string& data_dir) {
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{Built(ZEROD_PATH), "--socket", socket, "--listen", "",
+                                 "--data-dir", data_dir},
+        other.path() + "/second.log");
+  };
+  // The same data dir behind another socket: refused (two writers of one SQLite file lost
+  // acknowledged writes), naming the holder.
+  auto same_dir = start(other.path() + "/b.sock", data);
+  EXPECT_EQ(same_dir->Wait(absl::Seconds(20)), 1);
+  EXPECT_THAT(same_dir->Output(),
+              HasSubstr("data dir " + data + " is in use by another zerod (pid"));
+  // The live daemon's socket with another data dir: refused; it is not unlinked from under the
+  // daemon, which keeps answering on it.
+  const std::string socket = zerod.endpoint().substr(std::string("unix://").size());
+  auto same_socket = start(socket, other.path() + "/data");
+  EXPECT_EQ(same_socket->Wait(absl::Seconds(20)), 1);
+  EXPECT_THAT(same_socket->Output(), HasSubstr("socket " + socket + " is in use by another zerod"));
+  EXPECT_TRUE(zerod.Client()->ListJobs().ok());
+  // The state is the daemon user's only: it holds every job's rendezvous keys.
+  struct stat st {};
+  ASSERT_EQ(stat(data.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(stat((data + "/zerod.db").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // A daemon killed outright leaves no claim behind: the next one takes dir and socket.
+  zerod.Crash();
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  EXPECT_TRUE(zerod.Client()->ListJobs().ok());
 }
 
 }  // namespace

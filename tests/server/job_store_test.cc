@@ -4,6 +4,7 @@
 #include "server/job_store.h"
 
 #include <future>
+#include <limits>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -264,6 +265,18 @@ TEST_F(JobStoreTest, AddCountsFromZeroAndRefusesText) {
   EXPECT_THAT(Message(s), HasSubstr("job llama: "));
 }
 
+TEST_F(JobStoreTest, AddRefusesToWrapPastInt64AndKeepsTheValue) {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(*Add("n", max - 1), max - 1);
+  EXPECT_EQ(*Add("n", 1), max);
+  const absl::Status over = Add("n", 1).status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(Message(over), HasSubstr("adding 1 would overflow a 64-bit integer"));
+  EXPECT_EQ(*Add("n", 0), max);  // unchanged
+  EXPECT_EQ(*Add("m", std::numeric_limits<int64_t>::min()), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(Add("m", -1).status().code(), absl::StatusCode::kOutOfRange);
+}
+
 TEST_F(JobStoreTest, DeleteSaysWhetherTheKeyExisted) {
   ASSERT_TRUE(Set("k", "v").ok());
   EXPECT_TRUE(*Delete("k"));
@@ -282,6 +295,11 @@ TEST_F(JobStoreTest, KeysAndValuesOverTheLimitsAreRefusedWithTheirSizes) {
   const absl::Status big = Set("k", std::string(65, 'v')).status();
   EXPECT_EQ(big.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(Message(big), HasSubstr("value for key 'k' is 65 bytes, over the limit of 64"));
+  // CompareSet writes too: the same limit, and nothing is stored.
+  const absl::Status big_swap = CompareSet("c", std::nullopt, std::string(65, 'v')).status();
+  EXPECT_EQ(big_swap.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(big_swap), HasSubstr("value for key 'c' is 65 bytes, over the limit of 64"));
+  EXPECT_EQ(Get("c", absl::ZeroDuration()).get().status().code(), absl::StatusCode::kNotFound);
   Call<absl::Status> wait;
   store_->Wait("llama", {"ok", std::string(17, 'k')}, {absl::Seconds(1)}, wait.Done());
   EXPECT_EQ(wait.future.get().code(), absl::StatusCode::kInvalidArgument);
