@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/plan_convert.h"
 #include "runtime/plan/digest.h"
+#include "runtime/plan/plan_input.h"
 
 namespace zerod::server {
 namespace {
@@ -70,6 +71,44 @@ absl::Status ValidateJobId(const std::string& job_id) {
   return absl::OkStatus();
 }
 
+absl::Status CheckPlanOptions(const v1::PlanOptions& o) {
+  // Values the wire can carry that no plan means: an enum value no version defines, a negative
+  // size. (0 and UNSPECIFIED keep their meaning: the default.)
+  auto known_dtype = [](int d) {
+    return d == v1::DTYPE_UNSPECIFIED || d == v1::DTYPE_FP32 || d == v1::DTYPE_BF16 ||
+           d == v1::DTYPE_FP16;
+  };
+  if (!known_dtype(o.param_dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat("param_dtype ", o.param_dtype(), " is unknown"));
+  }
+  if (!known_dtype(o.grad_dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat("grad_dtype ", o.grad_dtype(), " is unknown"));
+  }
+  if (!v1::Optimizer_IsValid(o.optimizer())) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer ", o.optimizer(), " is unknown"));
+  }
+  if (o.stage() != plan::kAutoStage && (o.stage() < 0 || o.stage() > 3)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage must be 0, 1, 2, 3 or auto (-1), got ", o.stage()));
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, int64_t>{"partition_alignment_numel", o.partition_alignment_numel()},
+        {"reduce_bucket_bytes", o.reduce_bucket_bytes()},
+        {"bucket_buffers", o.bucket_buffers()},
+        {"gather_unit_bytes", o.gather_unit_bytes()},
+        {"prefetch_depth", o.prefetch_depth()},
+        {"max_live_units", o.max_live_units()}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " must be 0 (the default) or positive, got ", value));
+    }
+  }
+  plan::PlanInput probe;
+  probe.tensors = {{"probe", {1}, DType::kFloat32, ""}};
+  probe.options = rpc::FromProto(o);
+  return plan::ValidatePlanInput(probe);
+}
+
 absl::Status CheckJoinArgs(const JoinArgs& args) {
   if (absl::Status s = ValidateJobId(args.job_id); !s.ok()) return s;
   if (args.world_size < 1 || args.world_size > kMaxWorldSize) {
@@ -83,6 +122,28 @@ absl::Status CheckJoinArgs(const JoinArgs& args) {
   }
   if (args.layout_digest.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(Who(args), ": no layout digest"));
+  }
+  if (args.budget_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Who(args), ": budget must be 0 (unbounded) or positive, got ", args.budget_bytes));
+  }
+  // A host or device name is a few dozen characters; a 40 MB one was stored and made every
+  // DescribeJob of the job exceed the message limit.
+  for (const auto& [field, value] : {std::pair{"host", &args.host}, {"device", &args.device}}) {
+    if (value->size() > kMaxNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(args), ": ", field, " is ", value->size(),
+                                                     " bytes, over ", kMaxNameBytes));
+    }
+  }
+  if (absl::Status s = CheckPlanOptions(args.options); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(args), ": plan options: ", s.message()));
+  }
+  for (const v1::TensorSpec& t : args.layout) {
+    if (t.dtype() != v1::DTYPE_UNSPECIFIED && t.dtype() != v1::DTYPE_FP32 &&
+        t.dtype() != v1::DTYPE_BF16 && t.dtype() != v1::DTYPE_FP16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Who(args), ": tensor '", t.name().substr(0, 64), "' has unknown dtype ", t.dtype()));
+    }
   }
   if (!args.layout.empty()) {
     google::protobuf::RepeatedPtrField<v1::TensorSpec> wire(args.layout.begin(), args.layout.end());

@@ -34,8 +34,15 @@ struct JoinArgs {
 absl::Status ValidateJobId(const std::string& job_id);
 
 // Checks what a join says on its own, before any job is looked at: the job id, the world size
-// (1..2^24), the rank, and that the layout (when sent) has the digest the join claims.
+// (1..2^24), the rank, the budget, host and device names up to kMaxNameBytes, the plan options,
+// and that the layout (when sent) has the digest the join claims.
 absl::Status CheckJoinArgs(const JoinArgs& args);
+
+inline constexpr size_t kMaxNameBytes = 256;
+
+// Plan options as the wire carries them: known enum values, no negative sizes, and what
+// plan::ValidatePlanInput requires of them. The message names the field and the value.
+absl::Status CheckPlanOptions(const v1::PlanOptions& options);
 
 // The job as admission sees it. Copies nothing per rank: a join looks at one rank at most.
 struct JobAdmissionView {

@@ -2,6 +2,8 @@
 
 #include "server/join_admission.h"
 
+#include <functional>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -118,6 +120,42 @@ TEST(CheckJoinArgs, RefusesAMissingOrFalseLayoutDigest) {
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("layout digest 00000000deadbeef does not match its layout (" +
                         DigestOf(lying.layout) + ")"));
+}
+
+TEST(CheckJoinArgs, RefusesPlanOptionsNoPlanMeans) {
+  auto refused = [](const std::function<void(JoinArgs&)>& change) {
+    JoinArgs a = Args(0);
+    change(a);
+    const absl::Status s = CheckJoinArgs(a);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    return std::string(s.message());
+  };
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.set_param_dtype(static_cast<v1::DType>(99)); }),
+              HasSubstr("job llama: rank 0: plan options: param_dtype 99 is unknown"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.set_grad_dtype(static_cast<v1::DType>(7)); }),
+              HasSubstr("grad_dtype 7 is unknown"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.set_optimizer(static_cast<v1::Optimizer>(5)); }),
+              HasSubstr("optimizer 5 is unknown"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.set_stage(7); }),
+              HasSubstr("stage must be 0, 1, 2, 3 or auto (-1), got 7"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.set_partition_alignment_numel(-16); }),
+              HasSubstr("partition_alignment_numel must be 0 (the default) or positive, got -16"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.set_reduce_bucket_bytes(-1); }),
+              HasSubstr("reduce_bucket_bytes must be 0 (the default) or positive"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.set_partition_alignment_numel(1 << 30); }),
+              HasSubstr("partition alignment: must be 1..2^20 elements, got 1073741824"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.budget_bytes = -5; }),
+              HasSubstr("budget must be 0 (unbounded) or positive, got -5"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.host = std::string(40 << 20, 'h'); }),
+              HasSubstr("host is 41943040 bytes, over 256"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.device = std::string(300, 'd'); }),
+              HasSubstr("device is 300 bytes, over 256"));
+  EXPECT_THAT(refused([](JoinArgs& a) {
+                a.layout[0].set_dtype(static_cast<v1::DType>(42));
+                a.layout_digest = DigestOf(a.layout);
+              }),
+              HasSubstr("has unknown dtype 42"));
+  EXPECT_TRUE(CheckJoinArgs(Args(0)).ok());  // the defaults (0, UNSPECIFIED) are fine
 }
 
 TEST(DecideJoin, AJobStoringItsPlanAsksForARetry) {
