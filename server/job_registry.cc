@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/job_records.h"
+#include "server/join_admission.h"
 #include "server/logging.h"
 #include "server/plan_builder.h"
 
@@ -102,7 +103,7 @@ void Reform(Job& job, const JoinArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu
 }  // namespace
 
 absl::Status JobNotFound(const std::string& job_id) {
-  return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return absl::NotFoundError(absl::StrCat("job ", ShownJobId(job_id), " not found"));
 }
 
 JobRegistry::JobRegistry(KvStore* kv, const Clock* clock, RegistryOptions options)

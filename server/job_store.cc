@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/job_records.h"
+#include "server/join_admission.h"
 
 namespace zerod::server {
 namespace {
@@ -56,7 +57,8 @@ void JobStore::Commit(std::vector<KvOp> ops, KvStore::CommitCallback done) {
 
 absl::Status JobStore::CheckJobAndKey(const std::string& job_id, const std::string& key) const {
   if (!job_exists_(job_id)) {
-    return absl::NotFoundError(absl::StrCat("job ", job_id, " not found (join it first)"));
+    return absl::NotFoundError(
+        absl::StrCat("job ", ShownJobId(job_id), " not found (join it first)"));
   }
   if (key.empty()) return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": empty key"));
   if (static_cast<int64_t>(key.size()) > limits_.max_key_bytes) {

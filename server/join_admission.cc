@@ -54,6 +54,11 @@ JoinDecision DecideNamedRank(const JobAdmissionView& job, const JoinArgs& args) 
 
 }  // namespace
 
+std::string ShownJobId(const std::string& job_id) {
+  if (job_id.size() <= 128) return job_id;
+  return absl::StrCat(job_id.substr(0, 64), "... (", job_id.size(), " bytes)");
+}
+
 absl::Status ValidateJobId(const std::string& job_id) {
   if (job_id.empty()) return absl::InvalidArgumentError("job id is empty");
   if (job_id.size() > 128) {

@@ -33,6 +33,10 @@ struct JoinArgs {
 // Checks a job id: 1-128 characters from [A-Za-z0-9._-].
 absl::Status ValidateJobId(const std::string& job_id);
 
+// A job id as error messages show it: whole when it could be valid, else its first 64 bytes and
+// its length, so a megabyte-long id in a request is not echoed back into the reply.
+std::string ShownJobId(const std::string& job_id);
+
 // Checks what a join says on its own, before any job is looked at: the job id, the world size
 // (1..2^24), the rank, the budget, host and device names up to kMaxNameBytes, the plan options,
 // and that the layout (when sent) has the digest the join claims.

@@ -329,6 +329,11 @@ TEST_F(JobStoreTest, EveryCallOfAnUnknownJobIsNotFound) {
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
     EXPECT_THAT(Message(s), HasSubstr("job nope not found (join it first)"));
   }
+  // A megabyte-long id is not echoed back whole.
+  const absl::Status huge = Set("k", "v", std::string(1 << 20, 'j')).status();
+  EXPECT_EQ(huge.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(huge), HasSubstr("... (1048576 bytes) not found"));
+  EXPECT_LT(Message(huge).size(), 200u);
 }
 
 TEST_F(JobStoreTest, ShutdownAnswersEveryWaitingCall) {
