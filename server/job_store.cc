@@ -101,12 +101,15 @@ void JobStore::Get(const std::string& job_id, const std::string& key, WaitLimit 
   if (limit.timeout <= absl::ZeroDuration()) {
     return done(absl::NotFoundError(absl::StrCat("job ", job_id, ": key '", key, "' is not set")));
   }
+  // The wait the message names is the one that ran (capped, or ended by the call's deadline),
+  // not what was asked for ("within 4611686018427387904 ms").
+  const absl::Time deadline = Deadline(limit);
   auto waiter = std::make_shared<StoreWaiter>([this, done = std::move(done), full_key, job_id, key,
-                                               timeout = limit.timeout](absl::Status s) {
+                                               waited = deadline - clock_->Now()](absl::Status s) {
     if (s.code() == absl::StatusCode::kDeadlineExceeded) {
       return done(absl::DeadlineExceededError(
           absl::StrCat("job ", job_id, ": key '", key, "' was not set within ",
-                       absl::ToInt64Milliseconds(timeout), " ms")));
+                       absl::FormatDuration(absl::Trunc(waited, absl::Milliseconds(1))))));
     }
     if (!s.ok()) return done(s);
     std::optional<KeyValue> kv = kv_->Get(full_key);
@@ -116,7 +119,7 @@ void JobStore::Get(const std::string& job_id, const std::string& key, WaitLimit 
     }
     done(*std::move(kv));
   });
-  waits_.AwaitKeys(waiter, {full_key}, Deadline(limit));
+  waits_.AwaitKeys(waiter, {full_key}, deadline);
 }
 
 void JobStore::Add(const std::string& job_id, const std::string& key, int64_t delta,

@@ -33,10 +33,10 @@ absl::Status CollectiveLog::Compare(comm::Store& store, const std::string& tag, 
     reports[static_cast<size_t>(r)] = *value;
   }
   if (!silent.empty()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("collective check ", tag, ": ranks ", absl::StrJoin(silent, ", "),
-                     " did not report within ", absl::FormatDuration(timeout),
-                     " (stuck in a collective the others did not call?); this rank is at ", last_));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "collective check ", tag, silent.size() == 1 ? ": rank " : ": ranks ",
+        absl::StrJoin(silent, ", "), " did not report within ", absl::FormatDuration(timeout),
+        " (stuck in a collective the others did not call?); this rank is at ", last_));
   }
   std::vector<std::string> differ;
   const std::vector<std::string> base = absl::StrSplit(reports[0], absl::MaxSplits('|', 2));

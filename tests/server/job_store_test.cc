@@ -135,7 +135,7 @@ TEST_F(JobStoreTest, ABlockingGetTimesOutWhenTheClockSaysSo) {
   ASSERT_TRUE(Answered(got));
   const absl::Status s = got.get().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(Message(s), HasSubstr("job llama: key 'addr' was not set within 500 ms"));
+  EXPECT_THAT(Message(s), HasSubstr("job llama: key 'addr' was not set within 500ms"));
 }
 
 TEST_F(JobStoreTest, AWaitEndsAtTheLongestWaitOrTheCallsDeadline) {
@@ -143,12 +143,17 @@ TEST_F(JobStoreTest, AWaitEndsAtTheLongestWaitOrTheCallsDeadline) {
   auto short_call = Get("b", absl::Hours(5), "llama", clock_.Now() + absl::Seconds(3));
   clock_.Advance(absl::Seconds(3));
   ASSERT_TRUE(Answered(short_call));
-  EXPECT_EQ(short_call.get().status().code(), absl::StatusCode::kDeadlineExceeded);
+  const absl::Status short_status = short_call.get().status();
+  EXPECT_EQ(short_status.code(), absl::StatusCode::kDeadlineExceeded);
+  // The message names the wait that ran, not the 5 hours asked for.
+  EXPECT_THAT(Message(short_status), HasSubstr("key 'b' was not set within 3s"));
   clock_.Advance(absl::Hours(1) - absl::Seconds(3) - absl::Nanoseconds(1));
   EXPECT_FALSE(Answered(long_wait));
   clock_.Advance(absl::Nanoseconds(1));
   ASSERT_TRUE(Answered(long_wait));
-  EXPECT_EQ(long_wait.get().status().code(), absl::StatusCode::kDeadlineExceeded);
+  const absl::Status long_status = long_wait.get().status();
+  EXPECT_EQ(long_status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(Message(long_status), HasSubstr("key 'a' was not set within 1h"));
 }
 
 TEST_F(JobStoreTest, AnAnswerMayStartAnotherWait) {

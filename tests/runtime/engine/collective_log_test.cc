@@ -140,6 +140,9 @@ TEST(CollectiveLog, RanksThatNeverReportAreNamedAfterTheTimeout) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(s.message()), HasSubstr("collective check step-4: ranks 1, 2 did not"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("this rank is at #1 all_reduce(fp32 x 2)"));
+  // One silent rank is "rank 1", not "ranks 1".
+  const absl::Status one = log.Compare(store, "step-5", 0, 2, absl::Milliseconds(50));
+  EXPECT_THAT(std::string(one.message()), HasSubstr("collective check step-5: rank 1 did not"));
 }
 
 TEST(CollectiveLog, EachTagIsAFreshComparison) {
