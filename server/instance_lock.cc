@@ -73,16 +73,20 @@ InstanceLock::~InstanceLock() {
 
 absl::StatusOr<InstanceLock> ClaimDataDir(const std::string& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  const bool created = std::filesystem::create_directories(dir, ec);
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create data dir ", dir, ": ", ec.message()));
   }
-  std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
-                               std::filesystem::perm_options::replace, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot make data dir ", dir, " private (0700): ", ec.message()));
+  // Only a folder made here: an existing one (say --data-dir /tmp) keeps its mode; the state
+  // files in it are 0600 either way.
+  if (created) {
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot make data dir ", dir, " private (0700): ", ec.message()));
+    }
   }
   return InstanceLock::Acquire(dir + "/zerod.lock", absl::StrCat("data dir ", dir));
 }

@@ -30,8 +30,8 @@ class InstanceLock {
   int fd_ = -1;
 };
 
-// Makes the data directory (0700: its files hold the jobs' rendezvous keys) and claims it
-// (`<dir>/zerod.lock`).
+// Makes the data directory if missing (0700: its files hold the jobs' rendezvous keys; an existing
+// one keeps its mode) and claims it (`<dir>/zerod.lock`).
 absl::StatusOr<InstanceLock> ClaimDataDir(const std::string& dir);
 
 // Claims a Unix socket path (`<path>.lock`), then removes a socket file a dead daemon left there,

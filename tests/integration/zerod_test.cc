@@ -408,6 +408,20 @@ TEST(Zerod, OneDaemonPerDataDirAndPerSocket) {
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   ASSERT_EQ(stat((data + "/zerod.db").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // An existing folder given as the data dir keeps its mode (it may be shared); the state in it
+  // is private all the same.
+  const std::string shared = other.path() + "/shared";
+  ASSERT_EQ(mkdir(shared.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 0755), 0);
+  auto in_shared = start(other.path() + "/c.sock", shared);
+  struct stat db {};
+  for (int i = 0; i < 400 && stat((shared + "/zerod.db").c_str(), &db) != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(db.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(shared.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  in_shared.reset();
   // A daemon killed outright leaves no claim behind: the next one takes dir and socket.
   zerod.Crash();
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
