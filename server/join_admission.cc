@@ -79,14 +79,10 @@ absl::Status ValidateJobId(const std::string& job_id) {
 absl::Status CheckPlanOptions(const v1::PlanOptions& o) {
   // Values the wire can carry that no plan means: an enum value no version defines, a negative
   // size. (0 and UNSPECIFIED keep their meaning: the default.)
-  auto known_dtype = [](int d) {
-    return d == v1::DTYPE_UNSPECIFIED || d == v1::DTYPE_FP32 || d == v1::DTYPE_BF16 ||
-           d == v1::DTYPE_FP16;
-  };
-  if (!known_dtype(o.param_dtype())) {
+  if (!v1::DType_IsValid(o.param_dtype())) {
     return absl::InvalidArgumentError(absl::StrCat("param_dtype ", o.param_dtype(), " is unknown"));
   }
-  if (!known_dtype(o.grad_dtype())) {
+  if (!v1::DType_IsValid(o.grad_dtype())) {
     return absl::InvalidArgumentError(absl::StrCat("grad_dtype ", o.grad_dtype(), " is unknown"));
   }
   if (!v1::Optimizer_IsValid(o.optimizer())) {
@@ -144,8 +140,7 @@ absl::Status CheckJoinArgs(const JoinArgs& args) {
     return absl::InvalidArgumentError(absl::StrCat(Who(args), ": plan options: ", s.message()));
   }
   for (const v1::TensorSpec& t : args.layout) {
-    if (t.dtype() != v1::DTYPE_UNSPECIFIED && t.dtype() != v1::DTYPE_FP32 &&
-        t.dtype() != v1::DTYPE_BF16 && t.dtype() != v1::DTYPE_FP16) {
+    if (!v1::DType_IsValid(t.dtype())) {
       return absl::InvalidArgumentError(absl::StrCat(
           Who(args), ": tensor '", t.name().substr(0, 64), "' has unknown dtype ", t.dtype()));
     }

@@ -602,11 +602,13 @@ absl::StatusOr<std::vector<float>> ZeroEngine::FullMasterParameters() {
     ZEROD_RETURN_IF_ERROR(ops_->Copy(full.Slice(r), master.Slice(r), r.numel * 4));
   }
   if (stage_ > 0) {
+    std::vector<std::unique_ptr<comm::Work>> gathers;
     for (const plan::Segment& seg : plan_->segments()) {
       log_.Record("all_gather", seg.slice_numel, DType::kFloat32);
-      ZEROD_RETURN_IF_ERROR(Wait(
-          comm_->AllGather(full.memory.at(seg.flat_offset), seg.slice_numel, DType::kFloat32)));
+      gathers.push_back(
+          comm_->AllGather(full.memory.at(seg.flat_offset), seg.slice_numel, DType::kFloat32));
     }
+    ZEROD_RETURN_IF_ERROR(WaitAll(std::move(gathers)));
   }
   std::vector<float> host(static_cast<size_t>(plan_->padded_numel()));
   ZEROD_RETURN_IF_ERROR(ops_->Download(host.data(), full.memory.data(), full.memory.Bytes()));
