@@ -97,12 +97,26 @@ Daemon::~Daemon() { Shutdown(absl::Seconds(5)); }
 
 void Daemon::ReaperLoop() {
   const absl::Duration period = std::max(options_.lease_ttl / 4, absl::Milliseconds(10));
+  absl::Time last = clock_->Now();
   MutexLock lock(&mu_);
   while (!stopping_) {
     mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; }, period);
     if (stopping_) break;
     mu_.Unlock();
-    registry_->ExpireLeases();
+    // A sweep more than a period late means this process was not running (SIGSTOP, a paused VM,
+    // a starved machine): the heartbeats of that gap could not be heard, so they are not held
+    // against the ranks.
+    const absl::Time now = clock_->Now();
+    const absl::Duration late = now - last - period;
+    last = now;
+    if (late > period) {
+      Logger("coordinator")
+          ->warn(
+              "the lease sweep ran {} late (was the daemon stopped or starved?); leases are "
+              "extended by that much",
+              absl::FormatDuration(late));
+    }
+    registry_->ExpireLeases(late > period ? late : absl::ZeroDuration());
     mu_.Lock();
   }
 }

@@ -1,5 +1,6 @@
 #include "server/job_registry.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 #include <variant>
@@ -351,8 +352,9 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const v1::Heartbeat
   return resp;
 }
 
-void JobRegistry::ExpireLeases() {
+void JobRegistry::ExpireLeases(absl::Duration unheard) {
   const absl::Time now = clock_->Now();
+  unheard = std::max(unheard, absl::ZeroDuration());
   for (const std::shared_ptr<Job>& job : AllJobs()) {
     std::vector<KvOp> ops;
     {
@@ -360,7 +362,9 @@ void JobRegistry::ExpireLeases() {
       std::vector<int64_t> lost;
       for (int64_t r = 0; r < job->world_size; ++r) {
         std::optional<Member>& m = job->members[static_cast<size_t>(r)];
-        if (!m.has_value() || m->state != v1::MEMBER_ACTIVE || m->lease_expiry >= now) continue;
+        if (!m.has_value() || m->state != v1::MEMBER_ACTIVE) continue;
+        m->lease_expiry += unheard;
+        if (m->lease_expiry >= now) continue;
         m->state = v1::MEMBER_LOST;
         job->slots.MarkLost(r);
         lost.push_back(r);

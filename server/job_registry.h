@@ -59,8 +59,11 @@ class JobRegistry {
   void EndJob(const std::string& job_id, std::function<void(absl::Status)> done);
 
   // Marks members whose lease ran out as lost and moves their job's generation on. The daemon
-  // calls it from a reaper thread; tests call it after advancing a FakeClock.
-  void ExpireLeases();
+  // calls it from a reaper thread; tests call it after advancing a FakeClock. `unheard` is how long
+  // the daemon itself did not run (a sweep that came that late: stopped, swapped out, starved):
+  // no heartbeat could be answered then either, so every active lease is first moved on by that
+  // much, and a paused daemon does not declare every rank lost when it resumes.
+  void ExpireLeases(absl::Duration unheard = absl::ZeroDuration());
 
   // Registers a Watch stream; the sink first receives a SNAPSHOT event.
   absl::StatusOr<int64_t> Subscribe(const std::string& job_id, std::shared_ptr<EventSink> sink);

@@ -33,6 +33,8 @@ void ZerodHarness::Start() {
   ASSERT_TRUE(jobs.ok()) << jobs.status() << "\n" << Log();
 }
 
+void ZerodHarness::Signal(int sig) { daemon_->Signal(sig); }
+
 void ZerodHarness::Crash() {
   daemon_->Signal(SIGKILL);
   daemon_->Wait(absl::Seconds(10));

@@ -25,6 +25,8 @@ class ZerodHarness {
   void Crash();
   // SIGTERM; returns the exit code.
   int Terminate();
+  // Any other signal (SIGSTOP and SIGCONT, to pause the daemon).
+  void Signal(int sig);
 
   std::string endpoint() const { return "unix://" + socket_; }
   const TempDir& dir() const { return dir_; }
