@@ -1,10 +1,13 @@
 // coordinator_load: N simulated ranks over a few channels join one job, get the plan, heartbeat
 // for S seconds, then leave (or, with --stay, exit without leaving). Beside the daemon's figures
 // it measures the peer: a bare gRPC health check against the same daemon at the same concurrency,
-// i.e. what gRPC itself costs on this machine.
+// i.e. what gRPC itself costs on this machine. Every call carries the job's token (--token, else a
+// new one). With --baseline-endpoint (a zerod started with --no-auth), the join and heartbeat
+// phases run again there, in the same run, and the cost of authentication is printed as ratios.
 //
 //   build/bin/coordinator_load --endpoint E --job J --ranks N --seconds S [--stay]
-//       [--channels 8] [--daemon-pid P] [--peer-seconds 3]
+//       [--channels 8] [--daemon-pid P] [--peer-seconds 3] [--token T]
+//       [--baseline-endpoint E2]
 //
 // The last line is one JSON object.
 
@@ -20,12 +23,15 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"  // SetMutexDeadlockDetectionMode, for gRPC's mutexes
 #include "absl/time/clock.h"
+#include "proto/auth_metadata.h"
 #include "proto/plan_convert.h"
 #include "runtime/common/mutex.h"
 #include "runtime/plan/digest.h"
@@ -37,7 +43,7 @@ namespace {
 using namespace zerod;
 
 struct Flags {
-  std::string endpoint, job = "load";
+  std::string endpoint, job = "load", token, baseline_endpoint;
   int64_t ranks = 1024, channels = 8, daemon_pid = 0;
   double seconds = 5, peer_seconds = 3;
   bool stay = false;
@@ -121,32 +127,17 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& endp
   return channels;
 }
 
-}  // namespace
+// One job's load on one daemon: join and plan, closed-loop heartbeats, and (unless `stay`) leave.
+struct LoadResult {
+  bool ok = false;
+  double join_plan_s = 0, hb_rate = 0, hb_p50 = 0, hb_p99 = 0, leave_s = 0;
+  int64_t heartbeats = 0, heartbeat_errors = 0;
+  long rss_after_join = -1, rss_after_hb = -1;
+};
 
-int main(int argc, char** argv) {
-  Flags f;
-  CLI::App app{"coordinator_load: simulated ranks against a zerod daemon"};
-  app.add_option("--endpoint", f.endpoint, "zerod endpoint")->required();
-  app.add_option("--job", f.job, "Job id")->capture_default_str();
-  app.add_option("--ranks", f.ranks, "Simulated ranks")->capture_default_str();
-  app.add_option("--seconds", f.seconds, "Heartbeat phase length")->capture_default_str();
-  app.add_option("--channels", f.channels, "gRPC channels (connections)")->capture_default_str();
-  app.add_option("--daemon-pid", f.daemon_pid, "zerod's pid, for its RSS (default: find it)");
-  app.add_option("--peer-seconds", f.peer_seconds, "Length of the bare gRPC peer measurement")
-      ->capture_default_str();
-  app.add_flag("--stay", f.stay, "Exit without leaving (ranks are then lost by lease expiry)");
-  CLI11_PARSE(app, argc, argv);
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as zerod does
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (f.ranks < 1 || f.channels < 1) {
-    std::fprintf(stderr, "coordinator_load: --ranks and --channels must be at least 1\n");
-    return 2;
-  }
-  const int64_t pid = f.daemon_pid ? f.daemon_pid : FindDaemon();
-  auto channels = MakeChannels(f.endpoint, f.channels);
-  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
-  for (auto& c : channels) stubs.push_back(v1::Coordinator::NewStub(c));
-
+LoadResult RunLoad(const Flags& f, const std::vector<std::unique_ptr<v1::Coordinator::Stub>>& stubs,
+                   const std::string& token, int64_t pid, const std::string& label) {
+  LoadResult result;
   // A small layout: the daemon's work per rank, not the plan's size, is what is measured.
   const std::vector<plan::TensorSpec> layout =
       plan::SyntheticLayout(1'000'000'000, DType::kBFloat16, 64);
@@ -175,6 +166,7 @@ int main(int argc, char** argv) {
     };
     auto* call = new Call;
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(300)));
+    call->context.AddMetadata(rpc::kJobTokenMetadata, token);
     call->request.set_job_id(f.job);
     call->request.set_world_size(f.ranks);
     call->request.set_rank(-1);
@@ -218,15 +210,15 @@ int main(int argc, char** argv) {
     auto plan = rpc::PlanFromInputs(joins.plan_inputs.value_or(v1::PlanInputs()));
     if (!plan.ok() && join_errors == 0) {
       std::fprintf(stderr, "coordinator_load: %s\n", std::string(plan.status().message()).c_str());
-      return 1;
+      return result;
     }
     if (plan.ok()) plan_digest = plan->DigestHex();
   }
   const double join_plan_s = absl::ToDoubleSeconds(absl::Now() - join_start);
-  std::printf("join+plan: %ld ranks in %.3f s (%ld errors%s%s), plan %s\n",
+  std::printf("%sjoin+plan: %ld ranks in %.3f s (%ld errors%s%s), plan %s\n", label.c_str(),
               static_cast<long>(f.ranks), join_plan_s, static_cast<long>(join_errors),
               first_error.empty() ? "" : ": ", first_error.c_str(), plan_digest.c_str());
-  if (join_errors > 0) return 1;
+  if (join_errors > 0) return result;
   const long rss_after_join = pid ? RssKib(pid) : -1;
 
   // Phase 2: closed-loop heartbeats, one outstanding per rank.
@@ -243,6 +235,7 @@ int main(int argc, char** argv) {
   std::function<void(int64_t, int64_t)> beat = [&](int64_t i, int64_t step) {
     auto* b = new Beat;
     b->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    b->context.AddMetadata(rpc::kJobTokenMetadata, token);
     b->request.set_job_id(f.job);
     b->request.set_rank(assigned[static_cast<size_t>(i)]);
     b->request.set_generation(generation);
@@ -277,9 +270,87 @@ int main(int argc, char** argv) {
   const double hb_p50 = heartbeat_latency.PercentileMs(0.50);
   const double hb_p99 = heartbeat_latency.PercentileMs(0.99);
   const long rss_after_hb = pid ? RssKib(pid) : -1;
-  std::printf("heartbeats: %ld in %.2f s = %.0f/s (%ld errors), p50 %.2f ms, p99 %.2f ms\n",
-              static_cast<long>(heartbeats.load()), hb_seconds, hb_rate,
+  std::printf("%sheartbeats: %ld in %.2f s = %.0f/s (%ld errors), p50 %.2f ms, p99 %.2f ms\n",
+              label.c_str(), static_cast<long>(heartbeats.load()), hb_seconds, hb_rate,
               static_cast<long>(heartbeat_errors.load()), hb_p50, hb_p99);
+
+  // Phase 4: leave.
+  double leave_s = 0;
+  result.join_plan_s = join_plan_s;
+  result.hb_rate = hb_rate;
+  result.hb_p50 = hb_p50;
+  result.hb_p99 = hb_p99;
+  result.heartbeats = heartbeats.load();
+  result.heartbeat_errors = heartbeat_errors.load();
+  result.rss_after_join = rss_after_join;
+  result.rss_after_hb = rss_after_hb;
+  if (!f.stay) {
+    Countdown left(f.ranks);
+    std::atomic<int64_t> leave_errors{0};
+    const absl::Time leave_start = absl::Now();
+    for (int64_t i = 0; i < f.ranks; ++i) {
+      struct Call {
+        grpc::ClientContext context;
+        v1::LeaveRequest request;
+        v1::LeaveResponse response;
+      };
+      auto* call = new Call;
+      call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+      call->context.AddMetadata(rpc::kJobTokenMetadata, token);
+      call->request.set_job_id(f.job);
+      call->request.set_rank(assigned[static_cast<size_t>(i)]);
+      stubs[static_cast<size_t>(i % f.channels)]->async()->Leave(
+          &call->context, &call->request, &call->response, [&, call](grpc::Status s) {
+            if (!s.ok()) ++leave_errors;
+            delete call;
+            left.Done();
+          });
+    }
+    left.WaitFor(absl::Seconds(300));
+    leave_s = absl::ToDoubleSeconds(absl::Now() - leave_start);
+    result.leave_s = leave_s;
+    std::printf("%sleave: %ld ranks in %.3f s (%ld errors)\n", label.c_str(),
+                static_cast<long>(f.ranks), leave_s, static_cast<long>(leave_errors.load()));
+  }
+  result.ok = true;
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"coordinator_load: simulated ranks against a zerod daemon"};
+  app.add_option("--endpoint", f.endpoint, "zerod endpoint")->required();
+  app.add_option("--job", f.job, "Job id")->capture_default_str();
+  app.add_option("--ranks", f.ranks, "Simulated ranks")->capture_default_str();
+  app.add_option("--seconds", f.seconds, "Heartbeat phase length")->capture_default_str();
+  app.add_option("--channels", f.channels, "gRPC channels (connections)")->capture_default_str();
+  app.add_option("--daemon-pid", f.daemon_pid, "zerod's pid, for its RSS (default: find it)");
+  app.add_option("--peer-seconds", f.peer_seconds, "Length of the bare gRPC peer measurement")
+      ->capture_default_str();
+  app.add_option("--token", f.token, "The job's token (default: a new one)");
+  app.add_option("--baseline-endpoint", f.baseline_endpoint,
+                 "A zerod started with --no-auth: run the load there too and compare");
+  app.add_flag("--stay", f.stay, "Exit without leaving (ranks are then lost by lease expiry)");
+  CLI11_PARSE(app, argc, argv);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as zerod does
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (f.ranks < 1 || f.channels < 1) {
+    std::fprintf(stderr, "coordinator_load: --ranks and --channels must be at least 1\n");
+    return 2;
+  }
+  const int64_t pid = f.daemon_pid ? f.daemon_pid : FindDaemon();
+  auto channels = MakeChannels(f.endpoint, f.channels);
+  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
+  for (auto& c : channels) stubs.push_back(v1::Coordinator::NewStub(c));
+  // The job's token, as zerorun would make it: 32 random bytes in hex.
+  if (f.token.empty()) {
+    std::random_device random;
+    for (int i = 0; i < 8; ++i) f.token += absl::StrFormat("%08x", random());
+  }
+  const LoadResult load = RunLoad(f, stubs, f.token, pid, "");
+  if (!load.ok) return 1;
 
   // Phase 3, the peer: gRPC's health check on the same daemon, same concurrency (capped at the
   // ranks), same channels: the cost of a call with no work behind it.
@@ -323,41 +394,33 @@ int main(int argc, char** argv) {
   std::printf("peer (bare gRPC health check, %ld in flight): %.0f calls/s, p99 %.2f ms\n",
               static_cast<long>(peer_concurrency), peer_rate, peer_latency.PercentileMs(0.99));
 
-  // Phase 4: leave.
-  double leave_s = 0;
-  if (!f.stay) {
-    Countdown left(f.ranks);
-    std::atomic<int64_t> leave_errors{0};
-    const absl::Time leave_start = absl::Now();
-    for (int64_t i = 0; i < f.ranks; ++i) {
-      struct Call {
-        grpc::ClientContext context;
-        v1::LeaveRequest request;
-        v1::LeaveResponse response;
-      };
-      auto* call = new Call;
-      call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
-      call->request.set_job_id(f.job);
-      call->request.set_rank(assigned[static_cast<size_t>(i)]);
-      stubs[static_cast<size_t>(i % f.channels)]->async()->Leave(
-          &call->context, &call->request, &call->response, [&, call](grpc::Status s) {
-            if (!s.ok()) ++leave_errors;
-            delete call;
-            left.Done();
-          });
-    }
-    left.WaitFor(absl::Seconds(300));
-    leave_s = absl::ToDoubleSeconds(absl::Now() - leave_start);
-    std::printf("leave: %ld ranks in %.3f s (%ld errors)\n", static_cast<long>(f.ranks), leave_s,
-                static_cast<long>(leave_errors.load()));
+  std::optional<LoadResult> baseline;
+  if (!f.baseline_endpoint.empty()) {
+    auto baseline_channels = MakeChannels(f.baseline_endpoint, f.channels);
+    std::vector<std::unique_ptr<v1::Coordinator::Stub>> baseline_stubs;
+    for (auto& c : baseline_channels) baseline_stubs.push_back(v1::Coordinator::NewStub(c));
+    baseline = RunLoad(f, baseline_stubs, f.token, 0, "without authentication: ");
+    if (!baseline->ok) return 1;
+    std::printf("authentication costs: join+plan x%.3f, heartbeats/s x%.3f, heartbeat p99 x%.3f\n",
+                load.join_plan_s / baseline->join_plan_s, load.hb_rate / baseline->hb_rate,
+                load.hb_p99 / baseline->hb_p99);
   }
+  const double leave_s = load.leave_s;
+  const double join_plan_s = load.join_plan_s, hb_rate = load.hb_rate, hb_p50 = load.hb_p50,
+               hb_p99 = load.hb_p99;
+  const long rss_after_join = load.rss_after_join, rss_after_hb = load.rss_after_hb;
+  std::atomic<int64_t> heartbeats{load.heartbeats}, heartbeat_errors{load.heartbeat_errors};
   std::printf(
       "{\"ranks\": %ld, \"channels\": %ld, \"join_plan_s\": %.3f, \"heartbeats\": %ld, "
       "\"heartbeats_per_s\": %.0f, \"heartbeat_p50_ms\": %.3f, \"heartbeat_p99_ms\": %.3f, "
       "\"heartbeat_errors\": %ld, \"peer_grpc_calls_per_s\": %.0f, \"leave_s\": %.3f, "
-      "\"daemon_rss_kib_after_join\": %ld, \"daemon_rss_kib\": %ld}\n",
+      "\"daemon_rss_kib_after_join\": %ld, \"daemon_rss_kib\": %ld, "
+      "\"baseline_join_plan_s\": %.3f, \"baseline_heartbeats_per_s\": %.0f, "
+      "\"baseline_heartbeat_p99_ms\": %.3f}\n",
       static_cast<long>(f.ranks), static_cast<long>(f.channels), join_plan_s,
       static_cast<long>(heartbeats.load()), hb_rate, hb_p50, hb_p99,
-      static_cast<long>(heartbeat_errors.load()), peer_rate, leave_s, rss_after_join, rss_after_hb);
+      static_cast<long>(heartbeat_errors.load()), peer_rate, leave_s, rss_after_join, rss_after_hb,
+      baseline ? baseline->join_plan_s : 0.0, baseline ? baseline->hb_rate : 0.0,
+      baseline ? baseline->hb_p99 : 0.0);
   return 0;
 }

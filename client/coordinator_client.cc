@@ -4,11 +4,15 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/credentials.h"
+#include "proto/auth_metadata.h"
 #include "proto/grpc_status.h"
 #include "proto/plan_convert.h"
 #include "runtime/common/status_macros.h"
@@ -21,6 +25,38 @@ std::string Hostname() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
   return name;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", what, " ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// TLS when a CA is given and the endpoint is TCP; the Unix socket is local and stays plain.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const std::string& endpoint, const ClientOptions& options) {
+  const std::string ca = options.tls_ca_file.empty() ? Env("ZEROD_TLS_CA") : options.tls_ca_file;
+  if (absl::StartsWith(endpoint, "unix:") || ca.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ZEROD_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(ca, "the TLS CA (ZEROD_TLS_CA)"));
+  const std::string cert =
+      options.tls_cert_file.empty() ? Env("ZEROD_TLS_CERT") : options.tls_cert_file;
+  const std::string key =
+      options.tls_key_file.empty() ? Env("ZEROD_TLS_KEY") : options.tls_key_file;
+  if (!cert.empty() || !key.empty()) {
+    ZEROD_ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                           ReadPem(cert, "the client certificate (ZEROD_TLS_CERT)"));
+    ZEROD_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPem(key, "the client key (ZEROD_TLS_KEY)"));
+  }
+  return grpc::SslCredentials(ssl);
 }
 
 }  // namespace
@@ -43,10 +79,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     ClientOptions options) {
   auto endpoint = ResolveEndpoint(options.endpoint);
   if (!endpoint.ok()) return endpoint.status();
-  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(options, *endpoint));
+  auto credentials = ChannelCredentialsFor(*endpoint, options);
+  if (!credentials.ok()) return credentials.status();
+  return std::unique_ptr<CoordinatorClient>(
+      new CoordinatorClient(options, *endpoint, *std::move(credentials)));
 }
 
-CoordinatorClient::CoordinatorClient(ClientOptions options, std::string endpoint)
+CoordinatorClient::CoordinatorClient(ClientOptions options, std::string endpoint,
+                                     std::shared_ptr<grpc::ChannelCredentials> credentials)
     : options_(std::move(options)), endpoint_(std::move(endpoint)) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
@@ -54,7 +94,7 @@ CoordinatorClient::CoordinatorClient(ClientOptions options, std::string endpoint
   // Reconnect quickly after a daemon restart.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(endpoint_, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(endpoint_, credentials, args);
   coordinator_ = v1::Coordinator::NewStub(channel_);
   store_ = v1::Store::NewStub(channel_);
   inspect_ = v1::Inspect::NewStub(channel_);
@@ -62,21 +102,51 @@ CoordinatorClient::CoordinatorClient(ClientOptions options, std::string endpoint
 
 CoordinatorClient::~CoordinatorClient() { StopHeartbeats(); }
 
+std::string CoordinatorClient::TokenOf(const std::string& job_id) {
+  if (!options_.job_token.empty()) return options_.job_token;
+  {
+    MutexLock lock(&tokens_mu_);
+    if (auto it = tokens_.find(job_id); it != tokens_.end()) return it->second;
+  }
+  std::string token = JobTokenFor(job_id);
+  if (!token.empty()) {
+    MutexLock lock(&tokens_mu_);
+    tokens_[job_id] = token;
+  }
+  return token;
+}
+
+void CoordinatorClient::Authenticate(grpc::ClientContext& context, const std::string& job_id) {
+  if (const std::string token = TokenOf(job_id); !token.empty()) {
+    context.AddMetadata(rpc::kJobTokenMetadata, token);
+  }
+  if (!options_.admin_token.empty()) {
+    context.AddMetadata(rpc::kAdminTokenMetadata, options_.admin_token);
+  }
+}
+
 template <typename Stub, typename Request, typename Response>
 absl::StatusOr<Response> CoordinatorClient::Unary(
     const char* what, absl::Duration timeout, Stub& stub,
     grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
     const Request& request, absl::Time not_before) {
   thread_local std::mt19937_64 rng(std::random_device{}());
-  const absl::Time give_up = absl::Now() + options_.retry_for;
   absl::Duration backoff = absl::Milliseconds(50);
   for (;;) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(std::max(absl::Now() + timeout, not_before)));
+    if constexpr (requires { request.job_id(); }) Authenticate(context, request.job_id());
     Response response;
     const grpc::Status status = (stub.*method)(&context, request, &response);
-    if (status.ok()) return response;
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return rpc::FromGrpc(status);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      NoteAnswered();
+      if (status.ok()) return response;
+      return rpc::FromGrpc(status);
+    }
+    // Every call shares the outage's one budget: once the daemon has been away for retry_for,
+    // each call fails after one attempt instead of retrying for retry_for of its own (a trainer
+    // whose daemon was gone for good spent minutes in heartbeat, heartbeat and leave in turn).
+    const absl::Time give_up = NoteUnavailable() + options_.retry_for;
     if (absl::Now() >= give_up) {
       return absl::UnavailableError(
           absl::StrCat(what, ": zerod at ", endpoint_, " unavailable for ",
@@ -90,6 +160,17 @@ absl::StatusOr<Response> CoordinatorClient::Unary(
   }
 }
 
+absl::Time CoordinatorClient::NoteUnavailable() {
+  MutexLock lock(&outage_mu_);
+  if (unavailable_since_ == absl::InfiniteFuture()) unavailable_since_ = absl::Now();
+  return unavailable_since_;
+}
+
+void CoordinatorClient::NoteAnswered() {
+  MutexLock lock(&outage_mu_);
+  unavailable_since_ = absl::InfiniteFuture();
+}
+
 absl::StatusOr<Membership> CoordinatorClient::Join(const JoinOptions& o, absl::Duration wait) {
   v1::JoinRequest request;
   request.set_job_id(o.job_id);
@@ -101,6 +182,14 @@ absl::StatusOr<Membership> CoordinatorClient::Join(const JoinOptions& o, absl::D
   if (o.send_layout) rpc::ToProto(o.layout, request.mutable_layout());
   request.set_layout_digest(plan::DigestHex(plan::LayoutDigest(o.layout)));
   *request.mutable_options() = rpc::ToProto(o.plan_options);
+  // The join that creates a job says who owns it: without a token at hand, this user gets one.
+  if (options_.job_token.empty() && TokenOf(o.job_id).empty() && !o.job_id.empty()) {
+    if (absl::StatusOr<std::string> made = JobTokenOrNew(o.job_id); made.ok()) {
+      MutexLock lock(&tokens_mu_);
+      tokens_[o.job_id] = *made;
+    }
+    // Else the join goes without one and zerod's refusal says what is missing.
+  }
   // A retried join waits only what is left of `wait` (but at least a second, to be answered).
   ZEROD_ASSIGN_OR_RETURN(const v1::JoinResponse response,
                          Unary("join", absl::Seconds(1), *coordinator_,

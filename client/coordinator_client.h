@@ -4,12 +4,22 @@
 // CoordinatorClient: the C++ SDK for trainer processes and tools talking to zerod.
 //
 // Every call has a deadline. Calls that fail with UNAVAILABLE (daemon restarting, socket not yet
-// there) are retried with exponential backoff and jitter until ClientOptions::retry_for runs out,
-// so clients ride through a daemon restart. Thread-safe. StartHeartbeats owns one thread, stopped
+// there) are retried with exponential backoff and jitter until ClientOptions::retry_for has
+// passed since the daemon was first found unavailable, so clients ride through a daemon restart;
+// the budget is per outage, not per call: once it is spent every call fails after one attempt,
+// until one is answered again. Thread-safe. StartHeartbeats owns one thread, stopped
 // by StopHeartbeats or the destructor.
+//
+// Credentials (client/credentials.h) go with every call about a job: the job's token (explicit,
+// else $ZEROD_JOB_TOKEN, else the user's saved one; a join that would create a job without one
+// makes and saves it) and, when given, the admin token. A "host:port" endpoint uses TLS when a CA
+// is given ($ZEROD_TLS_CA).
+
+#include <grpcpp/security/credentials.h>
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -29,8 +39,17 @@ struct ClientOptions {
   // "unix:///run/zerod/zerod.sock", "unix:/path", or "host:port". Empty: $ZEROD_ENDPOINT.
   std::string endpoint;
   absl::Duration call_timeout = absl::Seconds(10);
+  // How long calls retry while the daemon is unavailable, counted from the start of the outage.
   absl::Duration retry_for = absl::Seconds(60);
   int64_t max_message_bytes = 64 << 20;
+  // Empty: found per job (client/credentials.h JobTokenFor).
+  std::string job_token;
+  std::string admin_token;  // empty: none
+  // TLS for a host:port endpoint; empty: $ZEROD_TLS_CA, $ZEROD_TLS_CERT, $ZEROD_TLS_KEY. No CA:
+  // plaintext.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // Resolves the endpoint (flag, then $ZEROD_ENDPOINT); INVALID_ARGUMENT when neither is set.
@@ -119,7 +138,13 @@ class CoordinatorClient {
                                                 const std::string& tensor);
 
  private:
-  explicit CoordinatorClient(ClientOptions options, std::string endpoint);
+  explicit CoordinatorClient(ClientOptions options, std::string endpoint,
+                             std::shared_ptr<grpc::ChannelCredentials> credentials);
+
+  // Puts the credentials for calls about `job_id` on `context`.
+  void Authenticate(grpc::ClientContext& context, const std::string& job_id);
+  // The token of `job_id`, cached once found.
+  std::string TokenOf(const std::string& job_id);
 
   // One unary RPC: `method` of `stub` with `request`, each attempt under a fresh context whose
   // deadline is `timeout` from the attempt's start (but not before `not_before`), retried on
@@ -131,12 +156,23 @@ class CoordinatorClient {
                                  const Request& request,
                                  absl::Time not_before = absl::InfinitePast());
 
+  // When the daemon was first found unavailable in the current outage (the start of every
+  // call's retry budget), and the end of it: an answer.
+  absl::Time NoteUnavailable();
+  void NoteAnswered();
+
   const ClientOptions options_;
   const std::string endpoint_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   std::unique_ptr<v1::Store::Stub> store_;
   std::unique_ptr<v1::Inspect::Stub> inspect_;
+
+  Mutex tokens_mu_;
+  std::map<std::string, std::string> tokens_ ABSL_GUARDED_BY(tokens_mu_);
+
+  Mutex outage_mu_;
+  absl::Time unavailable_since_ ABSL_GUARDED_BY(outage_mu_) = absl::InfiniteFuture();
 
   Mutex heartbeat_mu_;
   bool heartbeat_stop_ ABSL_GUARDED_BY(heartbeat_mu_) = false;

@@ -71,7 +71,7 @@ absl::StatusOr<std::vector<plan::TensorSpec>> ParseLayoutJson(absl::string_view 
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     return absl::InvalidArgumentError(
         absl::StrCat("not valid JSON: ", WithoutExceptionTag(e.what())));
   }

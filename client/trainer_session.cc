@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_store.h"
+#include "runtime/comm/abortable_store.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/prefix_store.h"
 #include "runtime/common/status_macros.h"
@@ -96,11 +97,20 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
         "device '", o.device, "': this build has no CUDA (nvcc was not found when it was built)"));
   }
 #endif
+  ClientOptions defaults;
+  absl::Duration retry_for = defaults.retry_for;
+  if (const std::string retry = Env("ZEROD_RETRY_FOR"); !retry.empty()) {
+    if (!absl::ParseDuration(retry, &retry_for) || retry_for < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ZEROD_RETRY_FOR='", retry, "' is not a duration like 30s or 2m"));
+    }
+  }
   std::unique_ptr<TrainerSession> s(new TrainerSession());
   s->options_ = o;
   s->device_ = device;
   ClientOptions client_options;
   client_options.endpoint = o.endpoint;
+  client_options.retry_for = retry_for;
   auto client = CoordinatorClient::Connect(client_options);
   if (!client.ok()) return client.status();
   s->client_ = std::move(*client);
@@ -117,10 +127,11 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
   if (!membership.ok()) return membership.status();
   s->membership_ = *std::move(membership);
 
-  // Keys of this generation only: a re-formed job never reads a stale address.
-  s->store_ =
-      std::make_shared<comm::PrefixStore>(absl::StrCat("gen", s->membership_.generation),
-                                          std::make_shared<CoordinatorStore>(s->client_, o.job_id));
+  // Keys of this generation only: a re-formed job never reads a stale address. Abortable: a
+  // rendezvous or an order check must not outwait a loss the coordinator reported.
+  s->store_ = std::make_shared<comm::AbortableStore>(std::make_shared<comm::PrefixStore>(
+      absl::StrCat("gen", s->membership_.generation),
+      std::make_shared<CoordinatorStore>(s->client_, o.job_id)));
   s->client_->StartHeartbeats(
       o.job_id, s->membership_.rank, s->membership_.generation, o.heartbeat_interval,
       [raw = s.get()] { return raw->CurrentReport(); },
@@ -172,6 +183,7 @@ absl::Status TrainerSession::Connect() {
 }
 
 void TrainerSession::AbortCommunicators(const absl::Status& why) {
+  if (store_) store_->Abort(why);
   if (communicator_) communicator_->Abort(why);
   if (gather_communicator_) gather_communicator_->Abort(why);
 }
@@ -218,7 +230,7 @@ HeartbeatReport TrainerSession::CurrentReport() const {
 }
 
 TrainerSession::~TrainerSession() {
-  client_->StopHeartbeats();
+  if (client_) client_->StopHeartbeats();  // none when Start failed before connecting
   // The communicators go first: destroying one ends its collectives (and joins its thread), so no
   // late transfer can land in engine buffers that are already freed.
   {
@@ -234,9 +246,35 @@ TrainerSession::~TrainerSession() {
 void TrainerSession::OnHeartbeat(const absl::StatusOr<v1::HeartbeatResponse>& reply) {
   absl::Status lost;
   if (!reply.ok()) {
-    // This rank itself was declared lost (FAILED_PRECONDITION): nothing it computes counts now.
-    if (reply.status().code() != absl::StatusCode::kFailedPrecondition) return;
-    lost = absl::AbortedError(reply.status().message());
+    switch (reply.status().code()) {
+      case absl::StatusCode::kFailedPrecondition:
+        // This rank itself was declared lost (it was stopped past its lease, say) or removed:
+        // the job went on without it, and nothing it computes counts now.
+        lost = absl::AbortedError(absl::StrCat(
+            reply.status().message(), " (the job went on without this rank; it cannot rejoin)"));
+        break;
+      case absl::StatusCode::kUnavailable:
+        // Retried for the client's whole budget (ZEROD_RETRY_FOR): the daemon is gone, and the
+        // lease of this rank with it.
+        lost = absl::UnavailableError(
+            absl::StrCat("job ", options_.job_id, ": rank ", membership_.rank,
+                         " lost its coordinator: ", reply.status().message()));
+        break;
+      default:
+        return;  // a slow answer: the next heartbeat may fare better
+    }
+  } else if (reply->lost_ranks_size() == 0 && reply->left_ranks_size() > 0) {
+    // Not an abort: a rank leaves at the end of a run too, when the others may still finish
+    // their last collective with what it sent. One that left early closed its connections, which
+    // fails the others' collectives at once; this names the cause.
+    MutexLock lock(&mu_);
+    if (departed_.ok()) {
+      departed_ = absl::AbortedError(
+          absl::StrCat("job ", options_.job_id, ": rank ", absl::StrJoin(reply->left_ranks(), ", "),
+                       reply->left_ranks_size() == 1 ? " has" : " have",
+                       " left the job; generation is now ", reply->generation()));
+    }
+    return;
   } else if (reply->lost_ranks_size() > 0) {
     lost = absl::AbortedError(absl::StrCat(
         "job ", options_.job_id, ": rank ", absl::StrJoin(reply->lost_ranks(), ", "),
@@ -255,10 +293,28 @@ absl::Status TrainerSession::Explain(const absl::Status& failure, bool wait) {
   // Once this rank has left, no heartbeat brings news: what is known now is all there is.
   const absl::Duration patience =
       wait && !left_ ? 2 * membership_.lease_ttl + absl::Seconds(1) : absl::ZeroDuration();
+  auto known = [this]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !lost_.ok() || !departed_.ok(); };
+  bool ask;
+  {
+    MutexLock lock(&mu_);
+    ask = !left_ && !known();
+  }
+  if (ask) {
+    // The coordinator knows at once of a rank that left (of a lost one only when its lease
+    // ends): ask it now rather than at the next heartbeat, or the engine's order check waits
+    // for the rank that left.
+    OnHeartbeat(client_->Heartbeat(options_.job_id, membership_.rank, membership_.generation,
+                                   CurrentReport()));
+  }
   MutexLock lock(&mu_);
-  auto known = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !lost_.ok(); };
   if (mu_.AwaitWithTimeout(known, patience)) {
-    return absl::Status(lost_.code(), absl::StrCat(lost_.message(), " [", failure.message(), "]"));
+    const absl::Status& cause = lost_.ok() ? departed_ : lost_;
+    // Never `failure` itself: the engine tells a known cause by the status changing.
+    return absl::Status(
+        cause.code(),
+        absl::StrCat(cause.message(), " [",
+                     cause == failure ? "collectives aborted" : failure.message(), "]"));
   }
   return failure;
 }
@@ -271,6 +327,15 @@ absl::Status TrainerSession::Leave() {
   (void)client_->Heartbeat(options_.job_id, membership_.rank, membership_.generation,
                            CurrentReport());
   auto generation = client_->Leave(options_.job_id, membership_.rank);
+  {
+    // A rank that leaves before the others (its script ended or failed) closes its connections
+    // now, not when its process exits, if ever: their collectives with it fail at once, and the
+    // coordinator, told first, names it when they ask. At the end of a run every collective is
+    // complete and this changes nothing.
+    MutexLock lock(&mu_);
+    AbortCommunicators(absl::CancelledError(
+        absl::StrCat("job ", options_.job_id, ": rank ", membership_.rank, " left the job")));
+  }
   return generation.status();
 }
 

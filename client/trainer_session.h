@@ -6,7 +6,10 @@
 // zerorun sets), recomputes and verifies the plan, connects the communicators through the
 // coordinator's store, and heartbeats with the engine's statistics. When the coordinator reports
 // a lost member, it aborts the communicators so a rank blocked in a collective gets an error that
-// names the lost rank instead of hanging.
+// names the lost rank instead of hanging; the same when the coordinator says this rank itself was
+// declared lost (it resumed after a stop), and when the daemon stayed unreachable for the
+// client's whole retry budget ($ZEROD_RETRY_FOR, default 60s). A rank that left is named when a
+// collective fails (its Leave closed its connections).
 //
 // Device "cpu": Gloo, buffers in host memory. Device "cuda:N" (CUDA builds): the engine's buffers
 // on GPU N (CudaOps) and NCCL ordered after the ops' stream. At stage 3 a second communicator
@@ -33,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/coordinator_client.h"
+#include "runtime/comm/abortable_store.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/store.h"
 #include "runtime/common/mutex.h"
@@ -90,7 +94,9 @@ class TrainerSession {
   absl::StatusOr<engine::ZeroEngine*> CreateEngine(engine::EngineOptions options);
   engine::ZeroEngine* engine() const;
 
-  // Sends a last heartbeat with the engine's final state, stops heartbeating and leaves the job.
+  // Closes the communicators (the engine's collectives fail from now on, and so do the other
+  // ranks' collectives with this one), sends a last heartbeat with the engine's final state,
+  // stops heartbeating and leaves the job.
   absl::Status Leave();
 
  private:
@@ -99,6 +105,7 @@ class TrainerSession {
   void OnHeartbeat(const absl::StatusOr<v1::HeartbeatResponse>& reply);
   // What the next heartbeat carries: the engine's statistics, once there is an engine.
   HeartbeatReport CurrentReport() const;
+  // Aborts the communicators and the store's waits.
   void AbortCommunicators(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Turns a failed collective into the coordinator's account of it: a lost rank the coordinator
   // has named, else (with `wait`, before Leave) waits up to two lease TTLs for it to name one, else
@@ -108,7 +115,7 @@ class TrainerSession {
   SessionOptions options_;
   std::shared_ptr<CoordinatorClient> client_;
   Membership membership_;
-  std::shared_ptr<comm::Store> store_;
+  std::shared_ptr<comm::AbortableStore> store_;
   std::shared_ptr<engine::DeviceOps> device_ops_;
   int device_ = -1;  // the GPU on "cuda:N", else -1
   // Set by Start before the heartbeat thread could abort them (under mu_), then only read.
@@ -120,6 +127,8 @@ class TrainerSession {
   // Set once by CreateEngine; the heartbeat thread reads its thread-safe statistics.
   std::unique_ptr<engine::ZeroEngine> engine_ ABSL_GUARDED_BY(mu_);
   absl::Status lost_ ABSL_GUARDED_BY(mu_);  // set once the coordinator reports a loss
+  // Set once the coordinator reports ranks that left: a cause for Explain, not an abort.
+  absl::Status departed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zerod::client

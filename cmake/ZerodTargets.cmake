@@ -32,6 +32,9 @@ function(zerod_binary name)
   zerod_tsan_runtime(${name})
 endfunction()
 
+# Where tests keep what the SDK would save under ~/.config (XDG_CONFIG_HOME).
+set(ZEROD_TEST_CONFIG_HOME ${CMAKE_BINARY_DIR}/tests/config)
+
 # zerod_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary whose cases ctest lists.
 function(zerod_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
@@ -40,13 +43,16 @@ function(zerod_test name)
   zerod_warnings(${name})
   zerod_tsan_runtime(${name})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # Job tokens the SDK saves for ranks started without zerorun go to the build folder, not to the
+  # user's ~/.config/zerod.
+  set(env ENVIRONMENT "XDG_CONFIG_HOME=${ZEROD_TEST_CONFIG_HOME}")
   if("gpu" IN_LIST ARG_LABELS)
     # Without a device these tests print "skipped: no CUDA device": ctest counts them skipped.
-    gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "${ARG_LABELS}"
+    gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "${ARG_LABELS}" ${env}
                          SKIP_REGULAR_EXPRESSION "skipped: no CUDA device")
   elseif(ARG_LABELS)
-    gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "${ARG_LABELS}")
+    gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "${ARG_LABELS}" ${env})
   else()
-    gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST)
+    gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES ${env})
   endif()
 endfunction()

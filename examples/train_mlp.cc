@@ -73,7 +73,7 @@ long PeakRssKib() {
 
 int main(int argc, char** argv) {
   std::string stage_text = "3", dtype_text = "fp32", job, endpoint, device = "cpu";
-  int64_t steps = 10, world = 0, batch = 48, accumulation = 1;
+  int64_t steps = 10, world = 0, batch = 48, accumulation = 1, leave_after = 0;
   uint64_t seed = 1;
   double lr = 1e-2, clip = 0.0;
   bool reference = false, shared_gathers = false;
@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
                  "cpu, or cuda:N (CUDA builds): the engine's buffers on GPU N, NCCL collectives; "
                  "plain cuda is GPU $ZEROD_LOCAL_RANK")
       ->capture_default_str();
+  app.add_option("--leave-after", leave_after,
+                 "Leave the job after this step while the others train on, as a script that "
+                 "ends early does (0: no)");
   app.add_flag("--shared-gathers", shared_gathers,
                "Stage 3: gathers share the main communicator instead of their own");
   app.add_flag("--reference", reference, "Unsharded single-process run, no daemon");
@@ -218,6 +221,13 @@ int main(int argc, char** argv) {
     std::printf("step %ld loss %.6f time %.2f ms%s\n", static_cast<long>(step), loss, ms,
                 result->applied ? "" : " (skipped: gradient overflow)");
     std::fflush(stdout);
+    if (session && step == leave_after) {
+      status = session->Leave();
+      if (!status.ok()) return Fail(rank, status);
+      std::printf("rank %ld left the job after step %ld\n", static_cast<long>(rank),
+                  static_cast<long>(step));
+      return 0;
+    }
   }
   std::map<std::string, int64_t> sent = e->BytesSent();
   int64_t sent_total = 0;

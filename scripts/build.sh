@@ -6,11 +6,13 @@
 #                    clang adds -Wthread-safety. A folder keeps the compiler it was made with
 #                    unless this names another.
 #   ZEROD_CUDA       AUTO | ON | OFF (default: AUTO, on when nvcc is found)
+#   ZEROD_FUZZ       ON: the libFuzzer targets in tests/fuzz (clang; scripts/fuzz.sh) (default: OFF)
 # Extra arguments are Ninja targets (default: everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${ZEROD_BUILD_DIR:-build}
-args=(-G Ninja -DZEROD_SANITIZE="${ZEROD_SANITIZE:-}" -DZEROD_CUDA="${ZEROD_CUDA:-AUTO}")
+args=(-G Ninja -DZEROD_SANITIZE="${ZEROD_SANITIZE:-}" -DZEROD_CUDA="${ZEROD_CUDA:-AUTO}"
+      -DZEROD_FUZZ="${ZEROD_FUZZ:-OFF}")
 compiler=${ZEROD_COMPILER:-}
 if [ -z "$compiler" ] && [ "${ZEROD_SANITIZE:-}" = thread ]; then compiler=clang; fi
 case "$compiler" in

@@ -7,10 +7,13 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config clang-format
-  # the clang build (-Wthread-safety) and its ThreadSanitizer runtime and symbolizer
+  # the clang build (-Wthread-safety) and its ThreadSanitizer runtime, libFuzzer (scripts/fuzz.sh)
+  # and symbolizer
   clang libclang-rt-14-dev llvm
   # control plane: gRPC 1.51 + protobuf 3.21 (with codegen), abseil
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  # job tokens (SHA-256, constant-time compare) and the auth tests' certificates
+  libssl-dev openssl
   # logging, flags, JSON, HTTP, checksums
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev
   # state: SQLite (embedded default) and etcd (clusters)

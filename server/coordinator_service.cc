@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "proto/grpc_status.h"
 #include "runtime/common/mutex.h"
+#include "server/auth/call_auth.h"
 #include "server/logging.h"
 
 namespace zerod::server {
@@ -139,19 +140,40 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
   args.layout.assign(request->layout().begin(), request->layout().end());
   args.layout_digest = request->layout_digest();
   args.options = request->options();
-  registry_->Join(std::move(args), WaitDeadline(context, kLongestJoinWait),
-                  [reactor, response](absl::StatusOr<JoinResult> result) {
-                    if (!result.ok()) {
-                      reactor->Finish(ToGrpc(result.status()));
-                      return;
-                    }
-                    response->set_rank(result->rank);
-                    response->set_generation(result->generation);
-                    response->set_lease_ttl_ms(absl::ToInt64Milliseconds(result->lease_ttl));
-                    response->set_world_size(result->world_size);
-                    response->set_plan_inputs(*result->plan_bytes);
-                    reactor->Finish(grpc::Status::OK);
-                  });
+  auto join = [this, reactor, response, deadline = WaitDeadline(context, kLongestJoinWait)](
+                  JoinArgs args, absl::Status allowed) {
+    if (!allowed.ok()) {
+      reactor->Finish(ToGrpc(allowed));
+      return;
+    }
+    const std::string job_id = args.job_id;
+    registry_->Join(std::move(args), deadline,
+                    [this, reactor, response, job_id](absl::StatusOr<JoinResult> result) {
+                      if (!result.ok()) {
+                        // A refused join that created nothing gives back its claim on the id.
+                        if (tokens_ != nullptr) tokens_->ReleaseIfAbsent(job_id);
+                        reactor->Finish(ToGrpc(result.status()));
+                        return;
+                      }
+                      response->set_rank(result->rank);
+                      response->set_generation(result->generation);
+                      response->set_lease_ttl_ms(absl::ToInt64Milliseconds(result->lease_ttl));
+                      response->set_world_size(result->world_size);
+                      response->set_plan_inputs(*result->plan_bytes);
+                      reactor->Finish(grpc::Status::OK);
+                    });
+  };
+  // Malformed joins are refused before they could claim a job.
+  absl::Status valid = CheckJoinArgs(args, registry_->join_limits());
+  if (tokens_ == nullptr || !valid.ok()) {
+    join(std::move(args), std::move(valid));
+    return reactor;
+  }
+  const std::string job_id = args.job_id;
+  tokens_->Admit(job_id, auth::CredentialsOf(*context),
+                 [join, args = std::move(args)](absl::Status allowed) mutable {
+                   join(std::move(args), std::move(allowed));
+                 });
   return reactor;
 }
 
@@ -169,6 +191,12 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                                         const v1::HeartbeatRequest* request,
                                                         v1::HeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s =
+          auth::Authorize(tokens_, *context, request->job_id(), "heartbeat as its ranks");
+      !s.ok()) {
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
   auto result = registry_->Heartbeat(*request);
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpc(result.status()));
@@ -184,6 +212,11 @@ grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext*
                                                     const v1::LeaveRequest* request,
                                                     v1::LeaveResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = auth::Authorize(tokens_, *context, request->job_id(), "make a rank leave");
+      !s.ok()) {
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
   registry_->Leave(request->job_id(), request->rank(),
                    [reactor, response](absl::StatusOr<int64_t> generation) {
                      if (generation.ok()) response->set_generation(*generation);
@@ -197,6 +230,10 @@ grpc::ServerUnaryReactor* CoordinatorService::EndJob(grpc::CallbackServerContext
                                                      v1::EndJobResponse* /*response*/) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const std::string job_id = request->job_id();
+  if (absl::Status s = auth::Authorize(tokens_, *context, job_id, "end it"); !s.ok()) {
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
   registry_->EndJob(job_id, [reactor, job_id](absl::Status status) {
     if (status.ok()) Logger("coordinator")->info("job {} ended by request", job_id);
     reactor->Finish(ToGrpc(status));

@@ -2,8 +2,11 @@
 #define ZEROD_SERVER_COORDINATOR_SERVICE_H_
 
 // The Coordinator gRPC service (callback API): translates calls into JobRegistry operations.
-// Joins wait inside the registry, holding no thread.
+// Joins wait inside the registry, holding no thread. With JobTokens, every call that acts on a job
+// (Join, Heartbeat, Leave, EndJob) needs the job's token or the admin's; GetPlan and Watch are
+// read-only views, open to whoever may connect.
 
+#include "server/auth/job_tokens.h"
 #include "server/job_registry.h"
 #include "zerod/v1/coordinator.grpc.pb.h"
 
@@ -11,7 +14,9 @@ namespace zerod::server {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  explicit CoordinatorService(JobRegistry* registry) : registry_(registry) {}
+  // `tokens`: null turns authentication off.
+  CoordinatorService(JobRegistry* registry, auth::JobTokens* tokens)
+      : registry_(registry), tokens_(tokens) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
@@ -33,6 +38,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
  private:
   JobRegistry* const registry_;
+  auth::JobTokens* const tokens_;
 };
 
 // The deadline a server-side wait may use: the call's own deadline less a margin so that the

@@ -14,7 +14,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "runtime/common/mutex.h"
+#include "server/auth/transport_security.h"
 #include "server/instance_lock.h"
+#include "server/job_registry.h"
+#include "server/job_store.h"
 #include "server/state/sqlite_kv_store.h"
 
 namespace grpc {
@@ -28,6 +31,9 @@ class CoordinatorService;
 class StoreService;
 class InspectService;
 class RealClock;
+namespace auth {
+class JobTokens;
+}
 
 struct DaemonOptions {
   std::string socket_path;     // empty: no Unix socket
@@ -38,6 +44,22 @@ struct DaemonOptions {
   Durability durability = Durability::kFull;
   int64_t max_message_bytes = 64 << 20;
   int64_t max_value_bytes = 4 << 20;
+  // What one request or one job may take (README "Limits"): --max-world-size, --max-job-id-bytes,
+  // --max-jobs, --max-key-bytes, --max-store-keys, --max-store-bytes.
+  JoinLimits join_limits;
+  int64_t max_jobs = RegistryOptions{}.max_jobs;
+  StoreLimits store_limits;  // its max_value_bytes is max_value_bytes above
+  // Move a damaged (or any) state aside to DATA_DIR/zerod.db.reset-<time> and start empty.
+  bool reset_state = false;
+  // Authentication (docs/ARCHITECTURE.md, "Authentication and authorization"). Off: every caller
+  // may act on every job, as before it existed (for benchmarks and trusted test rigs only).
+  bool authenticate = true;
+  std::string admin_token_file;  // empty: DATA_DIR/admin.token
+  // Who may connect to the Unix socket at all: its mode, and its group (empty: the daemon's).
+  int socket_mode = 0660;
+  std::string socket_group;
+  auth::TlsFiles tls;                // for the TCP listener
+  bool allow_plaintext_tcp = false;  // a non-loopback listener without TLS
 };
 
 class Daemon {
@@ -61,6 +83,7 @@ class Daemon {
   std::unique_ptr<RealClock> clock_;
   std::unique_ptr<SqliteKvStore> kv_;
   std::unique_ptr<JobRegistry> registry_;
+  std::unique_ptr<auth::JobTokens> tokens_;
   std::unique_ptr<CoordinatorService> coordinator_;
   std::unique_ptr<StoreService> store_;
   std::unique_ptr<InspectService> inspect_;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/grpc_status.h"
+#include "server/join_admission.h"
 
 namespace zerod::server {
 
@@ -47,9 +48,9 @@ grpc::ServerUnaryReactor* InspectService::ShardMap(grpc::CallbackServerContext* 
   if (!request->tensor().empty()) {
     tensor = plan.FindTensor(request->tensor());
     if (!tensor) {
-      reactor->Finish(
-          ToGrpc(absl::NotFoundError(absl::StrCat("job ", request->job_id(), ": no tensor named '",
-                                                  request->tensor(), "' in the layout"))));
+      reactor->Finish(ToGrpc(
+          absl::NotFoundError(absl::StrCat("job ", request->job_id(), ": no tensor named '",
+                                           ShownKey(request->tensor()), "' in the layout"))));
       return reactor;
     }
   }

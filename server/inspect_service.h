@@ -1,7 +1,9 @@
 #ifndef ZEROD_SERVER_INSPECT_SERVICE_H_
 #define ZEROD_SERVER_INSPECT_SERVICE_H_
 
-// The Inspect gRPC service: read-only views of jobs, members and shard maps for operators.
+// The Inspect gRPC service: read-only views of jobs, members and shard maps for operators. It asks
+// for no job token: who may look is who may connect (the Unix socket's mode and group, TLS on TCP;
+// docs/ARCHITECTURE.md "Authentication and authorization").
 
 #include "server/job_registry.h"
 #include "zerod/v1/inspect.grpc.pb.h"

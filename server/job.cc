@@ -6,7 +6,15 @@ bool IsLive(const Member& member) {
   return member.state == v1::MEMBER_ACTIVE || member.state == v1::MEMBER_JOINING;
 }
 
-bool IsLive(const std::optional<Member>& member) { return member.has_value() && IsLive(*member); }
+Member* MemberAt(Job& job, int64_t rank) {
+  auto it = job.members.find(rank);
+  return it == job.members.end() ? nullptr : &it->second;
+}
+
+const Member* MemberAt(const Job& job, int64_t rank) {
+  auto it = job.members.find(rank);
+  return it == job.members.end() ? nullptr : &it->second;
+}
 
 const char* MemberStateName(v1::MemberState state) {
   switch (state) {

@@ -62,7 +62,6 @@ struct Member {
 
 // JOINING or ACTIVE: the member holds its rank.
 bool IsLive(const Member& member);
-bool IsLive(const std::optional<Member>& member);
 // "joining", "active", "lost", "left", for messages.
 const char* MemberStateName(v1::MemberState state);
 
@@ -78,8 +77,9 @@ struct Job {
   std::string layout_digest ABSL_GUARDED_BY(mu);
   int64_t layout_digest_rank ABSL_GUARDED_BY(mu) = -1;     // the rank whose digest set it
   std::vector<v1::TensorSpec> layout ABSL_GUARDED_BY(mu);  // from the first rank that sent it
-  std::vector<std::optional<Member>> members ABSL_GUARDED_BY(mu);  // by rank
-  RankSlots slots ABSL_GUARDED_BY(mu);       // which of `members` are live, free, lost
+  // By rank, only the ranks that joined: a job costs what joined, not the world it declares.
+  std::map<int64_t, Member> members ABSL_GUARDED_BY(mu);
+  RankSlots slots ABSL_GUARDED_BY(mu);       // which ranks are live, free, lost
   bool forming ABSL_GUARDED_BY(mu) = false;  // a formation commit is in flight
   absl::Time formation_started ABSL_GUARDED_BY(mu);
   std::optional<v1::PlanInputs> plan ABSL_GUARDED_BY(mu);
@@ -87,7 +87,14 @@ struct Job {
   std::shared_ptr<const plan::ShardPlan> shard_plan ABSL_GUARDED_BY(mu);
   std::map<int64_t, std::shared_ptr<EventSink>> watchers ABSL_GUARDED_BY(mu);
   int64_t next_ticket ABSL_GUARDED_BY(mu) = 1;
+  // Taken out of the registry (it never formed and nobody is left in it): a call that still
+  // holds it must look it up again.
+  bool removed ABSL_GUARDED_BY(mu) = false;
 };
+
+// The member at `rank`, or nullptr when none joined there.
+Member* MemberAt(Job& job, int64_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
+const Member* MemberAt(const Job& job, int64_t rank) ABSL_SHARED_LOCKS_REQUIRED(job.mu);
 
 }  // namespace zerod::server
 

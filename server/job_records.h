@@ -6,11 +6,16 @@
 //   jobs/<job>/plan               binary v1::PlanInputs of the current generation
 //   jobs/<job>/members/<rank>     JSON: host, device, budget, state, generation, layout digest
 //   jobs/<job>/kv/<key>           the job's Store values, as given
+//   quarantine/<job>/r<revision>/ a job whose records were damaged or did not decode at a start
+//                                 (JobRegistry::Recover): every record it had, moved here at that
+//                                 revision, and `reason`, why
 // Heartbeat statistics are never stored.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,6 +30,8 @@ std::string PlanKey(const std::string& job_id);
 std::string MembersPrefix(const std::string& job_id);
 std::string MemberKey(const std::string& job_id, int64_t rank);
 std::string StoreKeyPrefix(const std::string& job_id);
+// The job a key under jobs/ belongs to; empty for any other key.
+std::string JobOfKey(const std::string& key);
 
 // Records of a job; callers hold job.mu.
 // The meta record as it will be after a change to `generation` and `state`.
@@ -42,6 +49,16 @@ std::vector<KvOp> FormationRecords(const Job& job, const v1::PlanInputs& inputs)
 absl::StatusOr<std::shared_ptr<Job>> DecodeJob(const std::string& job_id,
                                                const std::vector<KeyValue>& records,
                                                absl::Time lease_expiry);
+
+// Moves every record of `job_id` (the intact and the damaged ones, values as stored) to
+// quarantine/<job>/r<revision>/ with a `reason` record, and deletes them from jobs/<job>/, so
+// that the id starts afresh if it is joined again. Returns the ops and the prefix moved to.
+std::pair<std::vector<KvOp>, std::string> QuarantineRecords(
+    const std::string& job_id, const std::vector<KeyValue>& intact,
+    const std::vector<DamagedRecord>& damaged, int64_t revision, const std::string& reason);
+
+// Quarantined job -> why, and where its records are; the latest quarantine of each id.
+std::map<std::string, std::string> QuarantinedJobs(const std::vector<KeyValue>& records);
 
 }  // namespace zerod::server
 

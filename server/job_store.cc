@@ -14,6 +14,8 @@ namespace {
 
 // Barrier participants are keys under <job store>/__barrier/<name>/.
 constexpr char kBarrierKeyPrefix[] = "__barrier/";
+// The longest value Add stores: "-9223372036854775808".
+constexpr int64_t kMaxIntegerBytes = 20;
 
 std::string FullKey(const std::string& job_id, const std::string& key) {
   return StoreKeyPrefix(job_id) + key;
@@ -30,11 +32,12 @@ KvStore::CommitCallback OneOp(JobStore::Done<T> done, F answer) {
 
 }  // namespace
 
-JobStore::JobStore(KvStore* kv, const Clock* clock, JobExists job_exists, StoreLimits limits)
+JobStore::JobStore(KvStore* kv, const Clock* clock, JobCheck job_check, StoreLimits limits)
     : kv_(kv),
       clock_(clock),
-      job_exists_(std::move(job_exists)),
+      job_check_(std::move(job_check)),
       limits_(limits),
+      quota_(kv, limits.max_keys_per_job, limits.max_bytes_per_job),
       waits_(kv, clock, "jobs/") {}
 
 JobStore::~JobStore() {
@@ -42,12 +45,16 @@ JobStore::~JobStore() {
   mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return commits_in_flight_ == 0; });
 }
 
-void JobStore::Commit(std::vector<KvOp> ops, KvStore::CommitCallback done) {
+void JobStore::Commit(std::vector<KvOp> ops, KvStore::CommitCallback done,
+                      std::optional<StoreQuota::Reservation> reservation) {
   {
     MutexLock lock(&mu_);
     ++commits_in_flight_;
   }
-  kv_->Commit(std::move(ops), [this, done = std::move(done)](absl::StatusOr<CommitResult> r) {
+  kv_->Commit(std::move(ops), [this, done = std::move(done), reservation = std::move(reservation)](
+                                  absl::StatusOr<CommitResult> r) {
+    // Before answering: a caller that writes again at once finds the room given back.
+    if (reservation.has_value()) quota_.Release(*reservation);
     done(std::move(r));
     // Last: once the count drops, the destructor may run.
     MutexLock lock(&mu_);
@@ -56,15 +63,12 @@ void JobStore::Commit(std::vector<KvOp> ops, KvStore::CommitCallback done) {
 }
 
 absl::Status JobStore::CheckJobAndKey(const std::string& job_id, const std::string& key) const {
-  if (!job_exists_(job_id)) {
-    return absl::NotFoundError(
-        absl::StrCat("job ", ShownJobId(job_id), " not found (join it first)"));
-  }
+  if (absl::Status s = job_check_(job_id); !s.ok()) return s;
   if (key.empty()) return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": empty key"));
   if (static_cast<int64_t>(key.size()) > limits_.max_key_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": key '", key.substr(0, 32),
                                                    "...' is ", key.size(), " bytes, over ",
-                                                   limits_.max_key_bytes));
+                                                   limits_.max_key_bytes, " (--max-key-bytes)"));
   }
   return absl::OkStatus();
 }
@@ -79,8 +83,8 @@ absl::Status JobStore::CheckValue(const std::string& job_id, const std::string& 
                                   const std::string& value) const {
   if (static_cast<int64_t>(value.size()) > limits_.max_value_bytes) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("job ", job_id, ": value for key '", key, "' is ", value.size(),
-                     " bytes, over the limit of ", limits_.max_value_bytes));
+        absl::StrCat("job ", job_id, ": value for key '", ShownKey(key), "' is ", value.size(),
+                     " bytes, over the limit of ", limits_.max_value_bytes, " (--max-value)"));
   }
   return absl::OkStatus();
 }
@@ -89,8 +93,11 @@ void JobStore::Set(const std::string& job_id, const std::string& key, std::strin
                    Done<int64_t> done) {
   if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return done(s);
   if (absl::Status s = CheckValue(job_id, key, value); !s.ok()) return done(s);
+  auto room = quota_.Reserve(job_id, key, static_cast<int64_t>(value.size()));
+  if (!room.ok()) return done(room.status());
   Commit({KvOp::Put(FullKey(job_id, key), std::move(value))},
-         OneOp<int64_t>(std::move(done), [](const CommitResult& r) { return r.revision; }));
+         OneOp<int64_t>(std::move(done), [](const CommitResult& r) { return r.revision; }),
+         *std::move(room));
 }
 
 void JobStore::Get(const std::string& job_id, const std::string& key, WaitLimit limit,
@@ -99,7 +106,8 @@ void JobStore::Get(const std::string& job_id, const std::string& key, WaitLimit 
   const std::string full_key = FullKey(job_id, key);
   if (std::optional<KeyValue> kv = kv_->Get(full_key); kv.has_value()) return done(*std::move(kv));
   if (limit.timeout <= absl::ZeroDuration()) {
-    return done(absl::NotFoundError(absl::StrCat("job ", job_id, ": key '", key, "' is not set")));
+    return done(absl::NotFoundError(
+        absl::StrCat("job ", job_id, ": key '", ShownKey(key), "' is not set")));
   }
   // The wait the message names is the one that ran (capped, or ended by the call's deadline),
   // not what was asked for ("within 4611686018427387904 ms").
@@ -108,14 +116,14 @@ void JobStore::Get(const std::string& job_id, const std::string& key, WaitLimit 
                                                waited = deadline - clock_->Now()](absl::Status s) {
     if (s.code() == absl::StatusCode::kDeadlineExceeded) {
       return done(absl::DeadlineExceededError(
-          absl::StrCat("job ", job_id, ": key '", key, "' was not set within ",
+          absl::StrCat("job ", job_id, ": key '", ShownKey(key), "' was not set within ",
                        absl::FormatDuration(absl::Trunc(waited, absl::Milliseconds(1))))));
     }
     if (!s.ok()) return done(s);
     std::optional<KeyValue> kv = kv_->Get(full_key);
     if (!kv.has_value()) {
-      return done(absl::NotFoundError(
-          absl::StrCat("job ", job_id, ": key '", key, "' was deleted right after it was set")));
+      return done(absl::NotFoundError(absl::StrCat("job ", job_id, ": key '", ShownKey(key),
+                                                   "' was deleted right after it was set")));
     }
     done(*std::move(kv));
   });
@@ -125,17 +133,21 @@ void JobStore::Get(const std::string& job_id, const std::string& key, WaitLimit 
 void JobStore::Add(const std::string& job_id, const std::string& key, int64_t delta,
                    Done<int64_t> done) {
   if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return done(s);
-  Commit({KvOp::Add(FullKey(job_id, key), delta)},
-         [done = std::move(done), job_id](absl::StatusOr<CommitResult> r) {
-           if (!r.ok()) {
-             return done(absl::Status(r.status().code(),
-                                      absl::StrCat("job ", job_id, ": ", r.status().message())));
-           }
-           int64_t value = 0;
-           // The store wrote this text from an integer.
-           (void)absl::SimpleAtoi(r->results[0].value.value_or("0"), &value);
-           done(value);
-         });
+  auto room = quota_.Reserve(job_id, key, kMaxIntegerBytes);
+  if (!room.ok()) return done(room.status());
+  Commit(
+      {KvOp::Add(FullKey(job_id, key), delta)},
+      [done = std::move(done), job_id](absl::StatusOr<CommitResult> r) {
+        if (!r.ok()) {
+          return done(absl::Status(r.status().code(),
+                                   absl::StrCat("job ", job_id, ": ", r.status().message())));
+        }
+        int64_t value = 0;
+        // The store wrote this text from an integer.
+        (void)absl::SimpleAtoi(r->results[0].value.value_or("0"), &value);
+        done(value);
+      },
+      *std::move(room));
 }
 
 void JobStore::CompareSet(const std::string& job_id, const std::string& key,
@@ -144,10 +156,15 @@ void JobStore::CompareSet(const std::string& job_id, const std::string& key,
   if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return done(s);
   // The value limit holds for every write: CompareSet stored 30 MiB once, past Set's check.
   if (absl::Status s = CheckValue(job_id, key, desired); !s.ok()) return done(s);
+  auto room = quota_.Reserve(job_id, key, static_cast<int64_t>(desired.size()));
+  if (!room.ok()) return done(room.status());
   Commit({KvOp::CompareAndSwap(FullKey(job_id, key), std::move(expected), std::move(desired))},
-         OneOp<CompareSetResult>(std::move(done), [](const CommitResult& r) {
-           return CompareSetResult{r.results[0].applied, r.results[0].value.value_or("")};
-         }));
+         OneOp<CompareSetResult>(
+             std::move(done),
+             [](const CommitResult& r) {
+               return CompareSetResult{r.results[0].applied, r.results[0].value.value_or("")};
+             }),
+         *std::move(room));
 }
 
 void JobStore::Delete(const std::string& job_id, const std::string& key, Done<bool> done) {
@@ -158,6 +175,13 @@ void JobStore::Delete(const std::string& job_id, const std::string& key, Done<bo
 
 void JobStore::Wait(const std::string& job_id, const std::vector<std::string>& keys,
                     WaitLimit limit, std::function<void(absl::Status)> done) {
+  // More keys than a job's Store may hold can never all exist; each one waited for takes memory.
+  if (static_cast<int64_t>(keys.size()) > limits_.max_keys_per_job) {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("job ", ShownJobId(job_id), ": a wait for ", keys.size(),
+                     " keys, more than a job's store may hold (", limits_.max_keys_per_job,
+                     ", --max-store-keys)")));
+  }
   std::vector<std::string> full_keys;
   for (const std::string& k : keys) {
     if (absl::Status s = CheckJobAndKey(job_id, k); !s.ok()) return done(s);
@@ -184,24 +208,37 @@ void JobStore::Barrier(const std::string& job_id, const std::string& name, int64
   if (absl::Status s = CheckJobAndKey(job_id, name); !s.ok()) return done(s);
   if (count < 1 || name.find('/') != std::string::npos) {
     return done(absl::InvalidArgumentError(
-        absl::StrCat("job ", job_id, ": barrier '", name,
+        absl::StrCat("job ", job_id, ": barrier '", ShownKey(name),
                      "' needs a count >= 1 and a name without '/', got count ", count)));
   }
+  // Every participant is a key of the job's Store.
+  if (count > limits_.max_keys_per_job) {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("job ", job_id, ": barrier '", ShownKey(name), "' of ", count,
+                     " participants can never complete: a job's store holds at most ",
+                     limits_.max_keys_per_job, " keys (--max-store-keys)")));
+  }
   const std::string prefix = FullKey(job_id, absl::StrCat(kBarrierKeyPrefix, name, "/"));
-  auto waiter = std::make_shared<StoreWaiter>([done = std::move(done), job_id, name,
-                                               count](absl::Status s) {
-    if (s.code() == absl::StatusCode::kDeadlineExceeded) {
-      s = absl::DeadlineExceededError(absl::StrCat(
-          "job ", job_id, ": barrier '", name, "' did not reach ", count, " participants in time"));
-    }
-    done(s);
-  });
+  const std::string arrival = absl::StrCat(kBarrierKeyPrefix, name, "/", participant);
+  auto room = quota_.Reserve(job_id, arrival, 1);
+  if (!room.ok()) return done(room.status());
+  auto waiter =
+      std::make_shared<StoreWaiter>([done = std::move(done), job_id, name, count](absl::Status s) {
+        if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+          s = absl::DeadlineExceededError(absl::StrCat("job ", job_id, ": barrier '",
+                                                       ShownKey(name), "' did not reach ", count,
+                                                       " participants in time"));
+        }
+        done(s);
+      });
   // Arrive first, then wait: the participants counted then include this one.
-  Commit({KvOp::Put(prefix + absl::StrCat(participant), "1")},
-         [this, waiter, prefix, count, deadline = Deadline(limit)](absl::StatusOr<CommitResult> r) {
-           if (!r.ok()) return waiter->Complete(r.status());
-           waits_.AwaitBarrier(waiter, prefix, count, deadline);
-         });
+  Commit(
+      {KvOp::Put(prefix + absl::StrCat(participant), "1")},
+      [this, waiter, prefix, count, deadline = Deadline(limit)](absl::StatusOr<CommitResult> r) {
+        if (!r.ok()) return waiter->Complete(r.status());
+        waits_.AwaitBarrier(waiter, prefix, count, deadline);
+      },
+      *std::move(room));
 }
 
 }  // namespace zerod::server

@@ -15,8 +15,8 @@ v1::JobSummary Summarize(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
   s.set_world_size(job.world_size);
   s.set_generation(job.generation);
   int64_t active = 0;
-  for (const std::optional<Member>& m : job.members) {
-    if (m.has_value() && m->state == v1::MEMBER_ACTIVE) ++active;
+  for (const auto& [rank, m] : job.members) {
+    if (m.state == v1::MEMBER_ACTIVE) ++active;
   }
   s.set_active_members(active);
   s.set_stage(job.plan.has_value() ? job.plan->options().stage() : -1);
@@ -41,24 +41,23 @@ std::vector<v1::JobSummary> JobRegistry::ListJobs() const {
 
 absl::StatusOr<v1::JobDescription> JobRegistry::Describe(const std::string& job_id) const {
   std::shared_ptr<Job> job = Find(job_id);
-  if (!job) return JobNotFound(job_id);
+  if (!job) return Missing(job_id);
   MutexLock lock(&job->mu);
   v1::JobDescription d;
   *d.mutable_summary() = Summarize(*job);
-  for (int64_t r = 0; r < job->world_size; ++r) {
-    const std::optional<Member>& m = job->members[static_cast<size_t>(r)];
-    if (!m.has_value()) continue;
+  // The members that joined, never the world they declared.
+  for (const auto& [r, m] : job->members) {
     v1::Member* out = d.add_members();
     out->set_rank(r);
-    out->set_state(m->state);
-    out->set_host(m->host);
-    out->set_device(m->device);
-    out->set_budget_bytes(m->budget_bytes);
-    out->set_last_heartbeat_unix_ms(m->last_heartbeat_unix_ms);
-    out->set_step(m->step);
-    out->mutable_memory_bytes()->insert(m->memory_bytes.begin(), m->memory_bytes.end());
-    out->mutable_comm_bytes()->insert(m->comm_bytes.begin(), m->comm_bytes.end());
-    out->set_generation(m->generation);
+    out->set_state(m.state);
+    out->set_host(m.host);
+    out->set_device(m.device);
+    out->set_budget_bytes(m.budget_bytes);
+    out->set_last_heartbeat_unix_ms(m.last_heartbeat_unix_ms);
+    out->set_step(m.step);
+    out->mutable_memory_bytes()->insert(m.memory_bytes.begin(), m.memory_bytes.end());
+    out->mutable_comm_bytes()->insert(m.comm_bytes.begin(), m.comm_bytes.end());
+    out->set_generation(m.generation);
   }
   if (job->shard_plan) {
     const plan::MemoryBreakdown memory = job->shard_plan->MemoryForRank(0);
@@ -77,7 +76,7 @@ absl::StatusOr<v1::JobDescription> JobRegistry::Describe(const std::string& job_
 absl::StatusOr<std::shared_ptr<const plan::ShardPlan>> JobRegistry::ShardPlanOf(
     const std::string& job_id) const {
   std::shared_ptr<Job> job = Find(job_id);
-  if (!job) return JobNotFound(job_id);
+  if (!job) return Missing(job_id);
   MutexLock lock(&job->mu);
   if (!job->shard_plan) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id,

@@ -1,5 +1,7 @@
 #include "server/join_admission.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "proto/plan_convert.h"
 #include "runtime/plan/digest.h"
@@ -7,8 +9,6 @@
 
 namespace zerod::server {
 namespace {
-
-constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
 
 std::string Short(absl::string_view digest) { return absl::StrCat(digest.substr(0, 8), ".."); }
 
@@ -59,18 +59,24 @@ std::string ShownJobId(const std::string& job_id) {
   return absl::StrCat(job_id.substr(0, 64), "... (", job_id.size(), " bytes)");
 }
 
-absl::Status ValidateJobId(const std::string& job_id) {
+std::string ShownKey(absl::string_view key) {
+  if (key.size() <= 64) return std::string(key);
+  return absl::StrCat(key.substr(0, 64), "... (", key.size(), " bytes)");
+}
+
+absl::Status ValidateJobId(const std::string& job_id, int64_t max_bytes) {
   if (job_id.empty()) return absl::InvalidArgumentError("job id is empty");
-  if (job_id.size() > 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job id '", job_id.substr(0, 32), "...' is longer than 128 characters"));
+  if (static_cast<int64_t>(job_id.size()) > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("job id '", job_id.substr(0, 32), "...' is ",
+                                                   job_id.size(), " bytes, longer than ", max_bytes,
+                                                   " (--max-job-id-bytes)"));
   }
   for (char c : job_id) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';
     if (!ok) {
       return absl::InvalidArgumentError(
-          absl::StrCat("job id '", job_id, "' has a character outside [A-Za-z0-9._-]"));
+          absl::StrCat("job id '", ShownJobId(job_id), "' has a character outside [A-Za-z0-9._-]"));
     }
   }
   return absl::OkStatus();
@@ -110,11 +116,12 @@ absl::Status CheckPlanOptions(const v1::PlanOptions& o) {
   return plan::ValidatePlanInput(probe);
 }
 
-absl::Status CheckJoinArgs(const JoinArgs& args) {
-  if (absl::Status s = ValidateJobId(args.job_id); !s.ok()) return s;
-  if (args.world_size < 1 || args.world_size > kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat(Who(args), ": world size must be 1..",
-                                                   kMaxWorldSize, ", got ", args.world_size));
+absl::Status CheckJoinArgs(const JoinArgs& args, const JoinLimits& limits) {
+  if (absl::Status s = ValidateJobId(args.job_id, limits.max_job_id_bytes); !s.ok()) return s;
+  const int64_t max_world = std::min(limits.max_world_size, kHardMaxWorldSize);
+  if (args.world_size < 1 || args.world_size > max_world) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(args), ": world size must be 1..", max_world,
+                                                   " (--max-world-size), got ", args.world_size));
   }
   if (args.rank < -1 || args.rank >= args.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("job ", args.job_id, ": rank ", args.rank,
@@ -129,8 +136,10 @@ absl::Status CheckJoinArgs(const JoinArgs& args) {
         Who(args), ": budget must be 0 (unbounded) or positive, got ", args.budget_bytes));
   }
   // A host or device name is a few dozen characters; a 40 MB one was stored and made every
-  // DescribeJob of the job exceed the message limit.
-  for (const auto& [field, value] : {std::pair{"host", &args.host}, {"device", &args.device}}) {
+  // DescribeJob of the job exceed the message limit. A digest is stored with every member too.
+  for (const auto& [field, value] : {std::pair{"host", &args.host},
+                                     {"device", &args.device},
+                                     {"layout digest", &args.layout_digest}}) {
     if (value->size() > kMaxNameBytes) {
       return absl::InvalidArgumentError(absl::StrCat(Who(args), ": ", field, " is ", value->size(),
                                                      " bytes, over ", kMaxNameBytes));

@@ -30,17 +30,31 @@ struct JoinArgs {
   v1::PlanOptions options;
 };
 
-// Checks a job id: 1-128 characters from [A-Za-z0-9._-].
-absl::Status ValidateJobId(const std::string& job_id);
+// The most any world may be, whatever a daemon is configured with: what job records accept.
+inline constexpr int64_t kHardMaxWorldSize = int64_t{1} << 24;
+inline constexpr int64_t kDefaultMaxJobIdBytes = 128;
+
+// What a join may declare (zerod's --max-world-size and --max-job-id-bytes).
+struct JoinLimits {
+  // 2^20: ten times the 100,000 ranks zerod is built to coordinate.
+  int64_t max_world_size = int64_t{1} << 20;
+  int64_t max_job_id_bytes = kDefaultMaxJobIdBytes;
+};
+
+// Checks a job id: 1..max_bytes characters from [A-Za-z0-9._-].
+absl::Status ValidateJobId(const std::string& job_id, int64_t max_bytes = kDefaultMaxJobIdBytes);
 
 // A job id as error messages show it: whole when it could be valid, else its first 64 bytes and
 // its length, so a megabyte-long id in a request is not echoed back into the reply.
 std::string ShownJobId(const std::string& job_id);
+// A store key (or barrier name, or any other string a caller chose) as error messages show it:
+// whole up to 64 bytes, else its first 64 bytes and its length.
+std::string ShownKey(absl::string_view key);
 
 // Checks what a join says on its own, before any job is looked at: the job id, the world size
-// (1..2^24), the rank, the budget, host and device names up to kMaxNameBytes, the plan options,
-// and that the layout (when sent) has the digest the join claims.
-absl::Status CheckJoinArgs(const JoinArgs& args);
+// (1..limits.max_world_size), the rank, the budget, host, device and layout digest up to
+// kMaxNameBytes, the plan options, and that the layout (when sent) has the digest the join claims.
+absl::Status CheckJoinArgs(const JoinArgs& args, const JoinLimits& limits = {});
 
 inline constexpr size_t kMaxNameBytes = 256;
 

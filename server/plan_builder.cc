@@ -39,11 +39,11 @@ absl::StatusOr<BuiltPlan> BuildPlan(const PlanRequest& request) {
   return built;
 }
 
-int64_t SmallestBudget(const std::vector<std::optional<Member>>& members) {
+int64_t SmallestBudget(const std::map<int64_t, Member>& members) {
   int64_t budget = 0;
-  for (const std::optional<Member>& m : members) {
-    if (IsLive(m) && m->budget_bytes > 0 && (budget == 0 || m->budget_bytes < budget)) {
-      budget = m->budget_bytes;
+  for (const auto& [rank, m] : members) {
+    if (IsLive(m) && m.budget_bytes > 0 && (budget == 0 || m.budget_bytes < budget)) {
+      budget = m.budget_bytes;
     }
   }
   return budget;

@@ -5,6 +5,7 @@
 // budget among its members. Pure: JobRegistry stores the result and hands it to every rank.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -37,7 +38,7 @@ struct BuiltPlan {
 absl::StatusOr<BuiltPlan> BuildPlan(const PlanRequest& request);
 
 // The smallest budget among live members; 0 when none set one.
-int64_t SmallestBudget(const std::vector<std::optional<Member>>& members);
+int64_t SmallestBudget(const std::map<int64_t, Member>& members);
 
 }  // namespace zerod::server
 

@@ -4,10 +4,12 @@
 // RankSlots: which ranks of a job are free for the next joiner, how many are live (joining or
 // active), and which were lost and not yet replaced. Not thread-safe: the job's lock guards it.
 //
-// Memory grows with the ranks freed, not with the world size, so a 16M-rank job that fills up in
-// order keeps no per-rank bookkeeping here.
+// Memory grows with the runs of live ranks, never with the world size or with the rank a join
+// names: a join at rank 2^24-1 of a 2^24-rank world costs one entry, as does a job that fills up
+// in order.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -35,10 +37,13 @@ class RankSlots {
   const std::set<int64_t>& lost() const { return lost_; }
 
  private:
+  // The run of live ranks holding `rank`, or end().
+  std::map<int64_t, int64_t>::const_iterator RunOf(int64_t rank) const;
+
   int64_t world_size_ = 0;
-  int64_t next_unused_ = 0;  // ranks at or above it were never taken
-  std::set<int64_t> freed_;  // below next_unused_, and free
-  std::set<int64_t> lost_;   // a subset of freed_
+  // Live ranks as disjoint, non-adjacent runs [first, end): first -> end.
+  std::map<int64_t, int64_t> runs_;
+  std::set<int64_t> lost_;  // free ranks whose member was lost
   int64_t live_ = 0;
 };
 

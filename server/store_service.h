@@ -3,10 +3,12 @@
 
 // The Store gRPC service: translates calls into JobStore operations (job_store.h), which keep
 // each job's keys under jobs/<job>/kv/. Waiting calls (blocking get, wait, barrier) hold no
-// thread, and reactor methods never block.
+// thread, and reactor methods never block. With JobTokens, every call needs the job's token or the
+// admin's: only a job's members read or write its keys.
 
 #include <memory>
 
+#include "server/auth/job_tokens.h"
 #include "server/clock.h"
 #include "server/job_registry.h"
 #include "server/job_store.h"
@@ -18,7 +20,9 @@ namespace zerod::server {
 class StoreService final : public v1::Store::CallbackService {
  public:
   // Jobs use their Store once they exist in `registry`. Owns a JobStore (and its timer thread).
-  StoreService(KvStore* kv, const Clock* clock, const JobRegistry* registry, StoreLimits limits);
+  // `tokens`: null turns authentication off.
+  StoreService(KvStore* kv, const Clock* clock, const JobRegistry* registry, StoreLimits limits,
+               const auth::JobTokens* tokens);
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context, const v1::SetRequest* request,
                                 v1::SetResponse* response) override;
@@ -43,6 +47,12 @@ class StoreService final : public v1::Store::CallbackService {
   void Shutdown() { store_.Shutdown(); }
 
  private:
+  // Finishes `reactor` with the refusal and returns false when the call may not use the job's
+  // Store.
+  bool Allowed(grpc::CallbackServerContext* context, const std::string& job_id,
+               grpc::ServerUnaryReactor* reactor) const;
+
+  const auth::JobTokens* const tokens_;
   JobStore store_;
 };
 

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace zerod::server {
 namespace {
@@ -61,7 +60,16 @@ void StoreWaits::KeysTimedOut(const std::shared_ptr<StoreWaiter>& waiter) {
         it = it->second == waiter ? by_key_.erase(it) : std::next(it);
       }
     }
-    missing = absl::StrJoin(waiter->missing_, ", ");
+    // A few keys name the wait; a wait for a million keys does not get a million-key message.
+    constexpr size_t kShown = 8;
+    size_t shown = 0;
+    for (const std::string& k : waiter->missing_) {
+      if (shown == kShown) {
+        absl::StrAppend(&missing, ", ... (", waiter->missing_.size(), " keys)");
+        break;
+      }
+      absl::StrAppend(&missing, shown++ == 0 ? "" : ", ", k);
+    }
   }
   waiter->Complete(absl::DeadlineExceededError(absl::StrCat("keys not set in time: ", missing)));
 }

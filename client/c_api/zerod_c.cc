@@ -108,7 +108,9 @@ absl::StatusOr<json> ParseObject(const char* text, const char* what) {
   json parsed;
   try {
     parsed = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number no double holds ("1e999"): an exception must
+    // not cross the C boundary into the caller (Python would abort).
     return Invalid(absl::StrCat(what, ": options are not JSON (", e.what(), ")"));
   }
   if (!parsed.is_object()) return Invalid(absl::StrCat(what, ": options are not a JSON object"));

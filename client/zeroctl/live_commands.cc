@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
+#include "client/credentials.h"
 #include "nlohmann/json.hpp"
 #include "proto/plan_convert.h"
 #include "runtime/common/units.h"
@@ -281,6 +282,37 @@ int Watch(CoordinatorClient& c, const LiveFlags& f, std::ostream& out, std::ostr
   return 0;
 }
 
+int End(CoordinatorClient& c, const LiveFlags& f, std::ostream& out, std::ostream& err) {
+  if (absl::Status s = c.EndJob(f.job); !s.ok()) return ServerError(err, s);
+  out << "job " << f.job << " ended\n";
+  return 0;
+}
+
+// The credentials `end` sends: the job's token (--token-file, else found as for any call) and the
+// admin token when one is at hand. A missing file named by a flag is a usage error.
+absl::Status EndCredentials(const LiveFlags& f, client::ClientOptions& options) {
+  if (!f.token_file.empty()) {
+    auto token = client::ReadTokenFile(f.token_file);
+    if (!token.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--token-file: ", token.status().message()));
+    options.job_token = *token;
+  }
+  std::string admin_file = f.admin_token_file;
+  if (admin_file.empty() && std::getenv("ZEROD_ADMIN_TOKEN_FILE") != nullptr) {
+    admin_file = std::getenv("ZEROD_ADMIN_TOKEN_FILE");
+  }
+  if (!admin_file.empty()) {
+    auto token = client::ReadTokenFile(admin_file);
+    if (!token.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("--admin-token-file: ", token.status().message()));
+    options.admin_token = *token;
+  } else if (auto token = client::ReadTokenFile("/var/lib/zerod/admin.token"); token.ok()) {
+    options.admin_token = *token;  // root, or the daemon's user, on the daemon's node
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void AddGlobalFlags(CLI::App& cmd, LiveFlags& f) {
@@ -309,6 +341,18 @@ std::vector<CLI::App*> AddLiveCommands(CLI::App& app, LiveFlags& f) {
       app.add_subcommand("memory", "Memory per rank: the plan against what ranks report"), true));
   commands.push_back(
       common(app.add_subcommand("watch", "Membership and step events as they happen"), true));
+  CLI::App* end =
+      common(app.add_subcommand("end",
+                                "End a job (its owner or an admin): its ranks' calls fail, its "
+                                "Store keys are deleted"),
+             true);
+  end->add_option("--token-file", f.token_file,
+                  "The job's token (default: $ZEROD_JOB_TOKEN, else the one zerorun saved in "
+                  "~/.config/zerod/jobs/)");
+  end->add_option("--admin-token-file", f.admin_token_file,
+                  "The daemon's admin token (default: $ZEROD_ADMIN_TOKEN_FILE, else "
+                  "/var/lib/zerod/admin.token when readable)");
+  commands.push_back(end);
   return commands;
 }
 
@@ -322,6 +366,11 @@ int RunLive(const std::string& command, const LiveFlags& f, std::ostream& out, s
   options.endpoint = f.endpoint;
   options.call_timeout = timeout;
   options.retry_for = timeout;
+  if (command == "end") {
+    if (absl::Status s = EndCredentials(f, options); !s.ok()) {
+      return UsageError(err, std::string(s.message()));
+    }
+  }
   auto c = CoordinatorClient::Connect(options);
   if (!c.ok()) return UsageError(err, std::string(c.status().message()));
   if (command == "jobs") return Jobs(**c, f, out, err);
@@ -329,6 +378,7 @@ int RunLive(const std::string& command, const LiveFlags& f, std::ostream& out, s
   if (command == "shards") return Shards(**c, f, out, err);
   if (command == "memory") return Memory(**c, f, out, err);
   if (command == "watch") return Watch(**c, f, out, err);
+  if (command == "end") return End(**c, f, out, err);
   return UsageError(err, "unknown command " + command);
 }
 

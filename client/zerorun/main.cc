@@ -2,7 +2,11 @@
 //
 //   zerorun -n 4 [--endpoint unix:///run/zerod/zerod.sock] [--job NAME] -- PROGRAM ARGS...
 //
-// Each rank gets ZEROD_ENDPOINT, ZEROD_JOB, ZEROD_RANK, ZEROD_LOCAL_RANK and ZEROD_WORLD_SIZE;
+// Each rank gets ZEROD_ENDPOINT, ZEROD_JOB, ZEROD_JOB_TOKEN, ZEROD_RANK, ZEROD_LOCAL_RANK and
+// ZEROD_WORLD_SIZE (ZEROD_GLOO_* and ZEROD_TLS_* pass through). The job token is $ZEROD_JOB_TOKEN
+// (give every node's zerorun the same one for a job that spans nodes), else the user's saved token
+// of the job, else a new one, saved 0600 under ~/.config/zerod/jobs/ so that the same user's
+// `zeroctl end JOB` finds it (client/credentials.h); a job id zerorun made up is forgotten at exit.
 // its output lines are prefixed "[rank R] ". SIGINT and SIGTERM are forwarded. When a rank fails,
 // the others are stopped (SIGTERM, then SIGKILL after 5 s) and zerorun exits with that rank's
 // code (128 + signal when it was killed). Usage errors exit 2.
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "client/credentials.h"
 
 extern char** environ;
 
@@ -101,7 +106,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (job.empty() && std::getenv("ZEROD_JOB")) job = std::getenv("ZEROD_JOB");
+  const bool job_named = !job.empty();
   if (job.empty()) job = "zerorun-" + std::to_string(getpid());
+  auto token = zerod::client::JobTokenOrNew(job);
+  if (!token.ok()) {
+    std::cerr << "zerorun: " << token.status().message() << "\n";
+    return 2;
+  }
 
   sigset_t signals;
   sigemptyset(&signals);
@@ -120,12 +131,14 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> env_storage;
     for (char** e = environ; *e; ++e) {
-      if (std::strncmp(*e, "ZEROD_", 6) != 0 || std::strncmp(*e, "ZEROD_GLOO", 10) == 0) {
+      if (std::strncmp(*e, "ZEROD_", 6) != 0 || std::strncmp(*e, "ZEROD_GLOO", 10) == 0 ||
+          std::strncmp(*e, "ZEROD_TLS_", 10) == 0) {
         env_storage.emplace_back(*e);
       }
     }
     env_storage.push_back("ZEROD_ENDPOINT=" + endpoint);
     env_storage.push_back("ZEROD_JOB=" + job);
+    env_storage.push_back("ZEROD_JOB_TOKEN=" + *token);
     env_storage.push_back("ZEROD_RANK=" + std::to_string(r));
     env_storage.push_back("ZEROD_LOCAL_RANK=" + std::to_string(r));
     env_storage.push_back("ZEROD_WORLD_SIZE=" + std::to_string(ranks));
@@ -154,6 +167,7 @@ int main(int argc, char** argv) {
     if (rc != 0) {
       std::cerr << "zerorun: cannot start " << command[0] << ": " << std::strerror(rc) << "\n";
       for (int q = 0; q < r; ++q) kill(-procs[q].pid, SIGTERM);
+      if (!job_named) zerod::client::ForgetJobToken(job);
       return 1;
     }
     procs[r].out = out[0];
@@ -237,6 +251,8 @@ int main(int argc, char** argv) {
       close(*fd);
     }
   }
+  // Nobody can reuse a job id made from this process's pid: its token need not be kept.
+  if (!job_named) zerod::client::ForgetJobToken(job);
   if (failed_rank >= 0) return failed_code;
   for (const auto& p : procs) {
     if (p.code != 0) return p.code;

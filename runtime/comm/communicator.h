@@ -10,8 +10,10 @@
 // neighbours first, and the engine's CollectiveLog compares whole sequences.
 //
 // Collectives are asynchronous and run in the order they were called; each returns a Work. The
-// buffers must stay alive and untouched until Wait returns OK. Sums of bf16/fp16 round to the
-// element type after every addition, as NCCL does.
+// buffers must stay alive and untouched until Wait returns anything but DEADLINE_EXCEEDED: once
+// it has returned OK or an error, no transfer can land in them any more (an aborted collective
+// reports its error only after its transport can no longer write). Sums of bf16/fp16 round to
+// the element type after every addition, as NCCL does.
 
 #include <cstdint>
 #include <map>
@@ -30,7 +32,8 @@ class Work {
   // OK when the collective completed; DEADLINE_EXCEEDED when `timeout` passed first (the
   // collective may still be running); the abort reason when the communicator was aborted.
   [[nodiscard]] virtual absl::Status Wait(absl::Duration timeout) = 0;
-  // Stops waiting for this collective; Wait returns `why`.
+  // Gives up on this collective. The other ranks cannot skip it, so unless it has completed the
+  // communicator is aborted with `why` (see Communicator::Abort).
   virtual void Abort(const absl::Status& why) = 0;
 };
 
@@ -52,7 +55,9 @@ class Communicator {
   virtual std::unique_ptr<Work> Barrier() = 0;
 
   // Fails the collective in flight and every later one with `why` (for instance: the coordinator
-  // declared a member lost). Unblocks waiters at once.
+  // declared a member lost). Tears the transport down, so the collective in flight ends at once
+  // here and on the peers, and nothing a peer sends later (a stopped rank that resumes) lands in
+  // this rank's memory.
   virtual void Abort(const absl::Status& why) = 0;
 
   // Bytes this rank sent and received, by collective ("all_reduce", "reduce_scatter",

@@ -109,7 +109,15 @@ int64_t ZeroEngine::UnitOf(int64_t tensor) const {
 
 absl::Status ZeroEngine::Wait(std::unique_ptr<comm::Work> work) {
   absl::Status s = work->Wait(options_.collective_timeout);
+  if (s.code() == absl::StatusCode::kDeadlineExceeded) GiveUp(*work, s);
   return s.ok() ? s : Explain(std::move(s));
+}
+
+void ZeroEngine::GiveUp(comm::Work& work, const absl::Status& why) {
+  // A collective given up on may still hold this engine's buffers (a temporary may be freed on
+  // return): aborting it tears its transport down, and its Wait returns once nothing can land.
+  work.Abort(why);
+  (void)work.Wait(options_.collective_timeout);
 }
 
 absl::Status ZeroEngine::WaitAll(std::vector<std::unique_ptr<comm::Work>> works) {
@@ -118,7 +126,7 @@ absl::Status ZeroEngine::WaitAll(std::vector<std::unique_ptr<comm::Work>> works)
     if (first.ok()) {
       first = Wait(std::move(work));
     } else {
-      work->Abort(first);  // the communicator failed already: stop waiting for the rest
+      GiveUp(*work, first);  // the communicator failed already: stop waiting for the rest
     }
   }
   return first;

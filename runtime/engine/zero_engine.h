@@ -188,6 +188,8 @@ class ZeroEngine {
   // The one buffer of a category, or nullptr for the bucket and gather buffers (several each).
   PlannedBuffer* SingleBuffer(plan::MemoryCategory category);
   absl::Status Wait(std::unique_ptr<comm::Work> work);
+  // Aborts `work` (and so its communicator) and waits until its buffers are let go.
+  void GiveUp(comm::Work& work, const absl::Status& why);
   // Collectives issued back to back (they run in order on the communicator), waited for
   // together: no host round trip between them. The first failure is returned, explained.
   absl::Status WaitAll(std::vector<std::unique_ptr<comm::Work>> works);

@@ -9,7 +9,12 @@
 namespace zerod::plan {
 namespace {
 
-constexpr int64_t kMaxNumel = int64_t{1} << 62;
+// Caps that keep every byte count of a plan inside int64: a rank allocates at most 20 bytes per
+// padded element of model state, plus kMaxBufferCount bucket and gather buffers of up to 4 bytes
+// per element of the largest segment: with 2^48 elements, under 2^62. (2^48 elements is 280
+// trillion parameters; 1024 buffers is hundreds of times what anyone configures.)
+constexpr int64_t kMaxNumel = kMaxPlanNumel;
+constexpr int64_t kMaxBufferCount = 1024;
 
 absl::Status Invalid(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
@@ -41,10 +46,12 @@ absl::Status ValidatePlanInput(const PlanInput& input) {
       if (dim < 0) {
         return Invalid(where, absl::StrCat("shape[", d, "] is negative (", dim, ")"));
       }
-      if (dim != 0 && numel > kMaxNumel / dim) return Invalid(where, "has too many elements");
+      if (dim != 0 && numel > kMaxNumel / dim) {
+        return Invalid(where, "has too many elements (more than 2^48)");
+      }
       numel *= dim;
     }
-    if (total > kMaxNumel - numel) return Invalid("layout", "has more than 2^62 elements");
+    if (total > kMaxNumel - numel) return Invalid("layout", "has more than 2^48 elements");
     total += numel;
   }
   if (total == 0) return Invalid("layout", "has no elements (every tensor is empty)");
@@ -65,14 +72,21 @@ absl::Status ValidatePlanInput(const PlanInput& input) {
     return Invalid("reduce bucket size",
                    absl::StrCat("must be positive, got ", o.reduce_bucket_bytes));
   }
-  if (o.bucket_buffers < 1) {
-    return Invalid("bucket buffers", absl::StrCat("must be at least 1, got ", o.bucket_buffers));
+  if (o.bucket_buffers < 1 || o.bucket_buffers > kMaxBufferCount) {
+    return Invalid("bucket buffers",
+                   absl::StrCat("must be 1..", kMaxBufferCount, ", got ", o.bucket_buffers));
   }
   if (o.gather_unit_bytes < 1) {
     return Invalid("gather unit size", absl::StrCat("must be positive, got ", o.gather_unit_bytes));
   }
-  if (o.prefetch_depth < 0) {
-    return Invalid("prefetch depth", absl::StrCat("must be 0 or more, got ", o.prefetch_depth));
+  // Below the live-unit cap, which it must stay under anyway; and prefetch + 1 cannot overflow.
+  if (o.prefetch_depth < 0 || o.prefetch_depth >= kMaxBufferCount) {
+    return Invalid("prefetch depth",
+                   absl::StrCat("must be 0..", kMaxBufferCount - 1, ", got ", o.prefetch_depth));
+  }
+  if (o.max_live_units > kMaxBufferCount) {
+    return Invalid("max live units",
+                   absl::StrCat("must be at most ", kMaxBufferCount, ", got ", o.max_live_units));
   }
   if (o.max_live_units < o.prefetch_depth + 1) {
     return Invalid("max live units",

@@ -61,9 +61,12 @@ struct PlanInput {
   PlanOptions options;
 };
 
+// The most elements a plan takes, padding included: every byte count of a plan then fits int64.
+inline constexpr int64_t kMaxPlanNumel = int64_t{1} << 48;
+
 // Checks everything a plan needs: at least one tensor, unique non-empty names, non-negative
-// dimensions, a total that fits 2^62, world size >= 1, a known stage, positive sizes. The error
-// names the field or tensor at fault.
+// dimensions, a total of at most kMaxPlanNumel, world size >= 1, a known stage, positive sizes,
+// at most 1024 bucket buffers and live units. The error names the field or tensor at fault.
 absl::Status ValidatePlanInput(const PlanInput& input);
 
 }  // namespace zerod::plan

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/plan/digest.h"
 #include "runtime/plan/internal/segmenter.h"
 
@@ -74,6 +75,13 @@ absl::StatusOr<ShardPlan> BuildPlanForStage(std::shared_ptr<const std::vector<Te
       seg.numel += numel;
     }
     seg.padded_numel = RoundUp(seg.numel, quantum);
+    // Padding every segment to ranks x alignment can grow a valid layout past the cap; checked
+    // before it is added, so that no sum overflows (both terms are at most 2^48 + 2^44).
+    if (seg.padded_numel > kMaxPlanNumel - flat) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layout padded to ", plan.partition_ways(), " ranks x alignment ",
+                       options.partition_alignment_numel, " has more than 2^48 elements"));
+    }
     seg.slice_numel = seg.padded_numel / plan.partition_ways();
     seg.shard_offset = shard;
     flat += seg.padded_numel;

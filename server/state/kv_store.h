@@ -64,6 +64,16 @@ struct KvEvent {
   int64_t revision = 0;
 };
 
+// A record whose bytes no longer match the checksum stored with them (changed on disk while the
+// daemon was down). Get and Range never serve it; Damaged lists it, so that whoever owns its
+// prefix can quarantine it. Writes may overwrite or delete it; an add or compare-and-swap on it
+// fails with DATA_LOSS, since its prior value is unknown.
+struct DamagedRecord {
+  std::string key;
+  std::string value;    // as stored: untrusted
+  std::string problem;  // "checksum 0x.. stored, 0x.. computed"
+};
+
 class KvStore {
  public:
   using CommitCallback = std::function<void(absl::StatusOr<CommitResult>)>;
@@ -74,6 +84,8 @@ class KvStore {
   virtual std::optional<KeyValue> Get(const std::string& key) const = 0;
   virtual std::vector<KeyValue> Range(const std::string& prefix) const = 0;
   virtual int64_t revision() const = 0;
+  // The damaged records under `prefix`, in key order.
+  virtual std::vector<DamagedRecord> Damaged(const std::string& prefix) const = 0;
 
   // Applies `ops` atomically and in order. A failing op (an add on a non-integer) fails the whole
   // transaction and nothing is written.

@@ -72,6 +72,10 @@ TEST(CApi, BadSessionOptionsAreNamed) {
   EXPECT_EQ(zerod_session_start("not json", &s), kInvalidArgument);
   EXPECT_EQ(s, nullptr);
   EXPECT_THAT(zerod_last_error(), HasSubstr("session: options are not JSON"));
+  // A number no double holds is an error, not an exception through the C boundary (found by
+  // c_api_options_fuzz: it aborted the Python process).
+  EXPECT_EQ(zerod_session_start(R"({"rank": 1e999})", &s), kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("session: options are not JSON"));
   EXPECT_EQ(zerod_session_start("[1]", &s), kInvalidArgument);
   EXPECT_THAT(zerod_last_error(), HasSubstr("session: options are not a JSON object"));
   EXPECT_EQ(zerod_session_start("{}", &s), kInvalidArgument);

@@ -145,6 +145,21 @@ TEST(CoordinatorClient, UnavailableIsRetriedUntilRetryForThenNamesTheCallAndEndp
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(400));
 }
 
+// The budget is the outage's, not each call's: a trainer whose daemon was gone for good spent a
+// minute in each of heartbeat, heartbeat and leave, one after the other.
+TEST(CoordinatorClient, CallsShareOneRetryBudgetPerOutage) {
+  ZerodHarness zerod;  // never started
+  auto client = zerod.Client(absl::Seconds(2));
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(client->ListJobs().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_GE(absl::Now() - start, absl::Seconds(2));
+  const absl::Time second = absl::Now();
+  const absl::Status s = client->DescribeJob("j").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("describe job: zerod at " + zerod.endpoint()));
+  EXPECT_LT(absl::Now() - second, absl::Seconds(1)) << "the outage's budget was spent already";
+}
+
 TEST(CoordinatorClient, ACallRidesThroughADaemonThatComesUpLate) {
   ZerodHarness zerod;
   auto client = zerod.Client(absl::Seconds(20));

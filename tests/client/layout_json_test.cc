@@ -51,6 +51,13 @@ TEST(LayoutJson, ErrorsNameThePosition) {
   EXPECT_THAT(ErrorOf(R"([{"name": "a", "shape": "2x2"}])"), HasSubstr("[0].shape"));
 }
 
+// Found by tests/fuzz/layout_json_fuzz: nlohmann throws out_of_range, not parse_error, for a
+// number no double holds, and the exception escaped into zeroctl and the SDK.
+TEST(LayoutJson, ANumberTooLargeForADoubleIsAnErrorNotACrash) {
+  EXPECT_THAT(ErrorOf(R"([{"name": "w", "shape": [1e999]}])"),
+              HasSubstr("not valid JSON: number overflow parsing '1e999'"));
+}
+
 TEST(LayoutJson, FileErrorsStartWithThePath) {
   testing::TempDir dir;
   auto missing = ReadLayoutFile(dir.path() + "/nope.json", DType::kBFloat16);

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/common/mutex.h"
 #include "runtime/common/status_macros.h"
 #include "tests/integration/zerod_harness.h"
 
@@ -242,6 +243,86 @@ TEST(TrainerSession, AStepThatFailsBecauseARankWasLostComesBackNamingIt) {
   ASSERT_FALSE(survivor.ok());
   EXPECT_EQ(survivor.code(), absl::StatusCode::kAborted) << survivor;
   EXPECT_THAT(survivor.message(), HasSubstr("job loss: rank 1 was lost"));
+}
+
+// A rank whose script ends early leaves while its process (and session) live on: its Leave
+// closes its connections, so the other's next collective fails at once and names it, instead of
+// waiting for its collective timeout and then blaming a rank that did nothing wrong.
+TEST(TrainerSession, AStepThatFailsBecauseARankLeftEarlyComesBackNamingIt) {
+  ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "0s"});
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  Notification left, done;
+  std::thread leaver([&] {
+    absl::StatusOr<std::unique_ptr<client::TrainerSession>> session;
+    [&] {
+      session = client::TrainerSession::Start(SessionOf(zerod, "early", 1, 2, 3));
+      ASSERT_TRUE(session.ok()) << session.status();
+      auto e = (*session)->CreateEngine(Options());
+      ASSERT_TRUE(e.ok()) << e.status();
+      ASSERT_TRUE(InitParameters(**e).ok());
+      ASSERT_TRUE(TrainStep(**e, 1, 1).ok());
+      ASSERT_TRUE((*e)->Average(0).ok());
+      EXPECT_TRUE((*session)->Leave().ok());
+    }();
+    left.Notify();
+    done.WaitForNotification();  // alive, its session too, until the other has failed
+  });
+  auto session = client::TrainerSession::Start(SessionOf(zerod, "early", 0, 2, 3));
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto e = (*session)->CreateEngine(Options());
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_TRUE(InitParameters(**e).ok());
+  ASSERT_TRUE(TrainStep(**e, 0, 1).ok());
+  ASSERT_TRUE((*e)->Average(0).ok());
+  left.WaitForNotification();
+  const absl::Time start = absl::Now();
+  const absl::Status s = TrainStep(**e, 0, 2);
+  done.Notify();
+  leaver.join();
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("job early: rank 1 has left the job")) << s;
+  // The collective timeout is 30 s; released at once (20 s: a loaded machine).
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+// A daemon gone for good: the heartbeats retry for ZEROD_RETRY_FOR from the start of the outage,
+// then the session gives up, and the engine's next collective says why, naming the endpoint.
+TEST(TrainerSession, ACoordinatorGoneForGoodEndsTheSessionAfterItsRetryBudget) {
+  ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "0s"});
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  ::setenv("ZEROD_RETRY_FOR", "1s", 1);
+  auto session = client::TrainerSession::Start(SessionOf(zerod, "orphan", 0, 1, 2));
+  ::unsetenv("ZEROD_RETRY_FOR");
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto e = (*session)->CreateEngine(Options());
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_TRUE(InitParameters(**e).ok());
+  ASSERT_TRUE(TrainStep(**e, 0, 1).ok());
+  zerod.Crash();
+  absl::Status s;
+  for (int64_t step = 2; step < 2000 && s.ok(); ++step) {
+    s = TrainStep(**e, 0, step);
+    if (s.ok()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(), HasSubstr("job orphan: rank 0 lost its coordinator"));
+  EXPECT_THAT(s.message(), HasSubstr("zerod at " + zerod.endpoint() + " unavailable for 1s"));
+  // Leaving does not start a retry budget of its own.
+  const absl::Time start = absl::Now();
+  EXPECT_EQ((*session)->Leave().code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+TEST(TrainerSession, ABadRetryBudgetIsAnErrorThatSaysWhatItWants) {
+  ::setenv("ZEROD_RETRY_FOR", "soon", 1);
+  client::SessionOptions o;
+  o.endpoint = "unix:///nonexistent.sock";
+  o.job_id = "j";
+  o.world_size = 1;
+  auto s = client::TrainerSession::Start(o);
+  ::unsetenv("ZEROD_RETRY_FOR");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("ZEROD_RETRY_FOR='soon' is not a duration"));
 }
 
 }  // namespace

@@ -98,18 +98,24 @@ TEST(Train, ABadDeviceIsAUsageError) {
 }
 
 // `world` train_mlp ranks of job `job` at `stage`, each running until stopped, logging under the
-// daemon's dir; returns once rank 0 has done `steps` steps.
-std::vector<std::unique_ptr<ChildProcess>> StartEndlessRanks(ZerodHarness& zerod,
-                                                             const std::string& job, int world,
-                                                             const std::string& stage, int steps) {
+// daemon's dir; returns once rank 0 has done `steps` steps. Rank r also gets rank_args[r], if
+// any, and every rank the environment `env`.
+std::vector<std::unique_ptr<ChildProcess>> StartEndlessRanks(
+    ZerodHarness& zerod, const std::string& job, int world, const std::string& stage, int steps,
+    const std::vector<std::vector<std::string>>& rank_args = {},
+    const std::vector<std::string>& env = {}) {
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < world; ++r) {
+    std::vector<std::string> args = {Built(TRAIN_MLP_PATH), "--stage", stage, "--steps", "1000000"};
+    if (static_cast<size_t>(r) < rank_args.size()) {
+      args.insert(args.end(), rank_args[r].begin(), rank_args[r].end());
+    }
+    std::vector<std::string> environment = {"ZEROD_ENDPOINT=" + zerod.endpoint(),
+                                            "ZEROD_JOB=" + job, "ZEROD_RANK=" + std::to_string(r),
+                                            "ZEROD_WORLD_SIZE=" + std::to_string(world)};
+    environment.insert(environment.end(), env.begin(), env.end());
     ranks.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{TRAIN_MLP_PATH, "--stage", stage, "--steps", "1000000"},
-        zerod.dir().path() + "/" + job + std::to_string(r) + ".log",
-        std::vector<std::string>{"ZEROD_ENDPOINT=" + zerod.endpoint(), "ZEROD_JOB=" + job,
-                                 "ZEROD_RANK=" + std::to_string(r),
-                                 "ZEROD_WORLD_SIZE=" + std::to_string(world)}));
+        args, zerod.dir().path() + "/" + job + std::to_string(r) + ".log", environment));
   }
   const std::string marker = absl::StrCat("step ", steps, " ");
   for (int i = 0; i < 1200 && ranks[0]->Output().find(marker) == std::string::npos; ++i) {
@@ -141,6 +147,64 @@ TEST(Train, AKilledRankReleasesTheOthersWithAnErrorNamingIt) {
   for (const char* stage : {"2", "3"}) {
     SCOPED_TRACE(absl::StrCat("stage ", stage));
     ASSERT_NO_FATAL_FAILURE(KillOneOfThree(stage));
+  }
+}
+
+// SIGSTOP, not SIGKILL: the stopped rank keeps its connections open, so nothing but the
+// coordinator's word releases the others; Gloo's abort did not interrupt their collectives, which
+// stayed in Gloo until the 120 s collective timeout. When the rank resumes (SIGCONT) it must be
+// told it was declared lost, not die of SIGPIPE writing to the connections the others closed.
+TEST(Train, AStoppedRankIsDeclaredLostReleasesTheOthersAndExitsCleanlyWhenResumed) {
+  for (const char* stage : {"2", "3"}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage));
+    ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "1s"});
+    ASSERT_NO_FATAL_FAILURE(zerod.Start());
+    const std::string job = absl::StrCat("stopped", stage);
+    std::vector<std::unique_ptr<ChildProcess>> ranks = StartEndlessRanks(zerod, job, 4, stage, 3);
+    ranks[1]->Signal(SIGSTOP);
+    // The lease is 2 s; 30 s is ample on a loaded machine, and far from the 120 s timeout.
+    for (int r : {0, 2, 3}) {
+      EXPECT_EQ(ranks[r]->Wait(absl::Seconds(30)), 1) << ranks[r]->Output();
+      EXPECT_THAT(ranks[r]->Output(), HasSubstr("rank 1 was lost")) << ranks[r]->Output();
+    }
+    ranks[1]->Signal(SIGCONT);
+    EXPECT_EQ(ranks[1]->Wait(absl::Seconds(30)), 1) << "not 128 + SIGPIPE: " << ranks[1]->Output();
+    EXPECT_THAT(ranks[1]->Output(), HasSubstr("rank 1 is not an active member (lost)"))
+        << ranks[1]->Output();
+  }
+}
+
+// A rank whose script ends early calls Leave: the others must not wait for their collective
+// timeout, or blame ranks that are alive; they learn from the coordinator which rank left.
+TEST(Train, ARankThatLeavesEarlyReleasesTheOthersNamingIt) {
+  ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "1s"});
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  std::vector<std::unique_ptr<ChildProcess>> ranks =
+      StartEndlessRanks(zerod, "leaver", 3, "3", 3, {{}, {"--leave-after", "5"}});
+  EXPECT_EQ(ranks[1]->Wait(absl::Seconds(60)), 0) << ranks[1]->Output();
+  EXPECT_THAT(ranks[1]->Output(), HasSubstr("rank 1 left the job after step 5"));
+  // Before, 30-40 s: an order check that waited for the rank that left, then two lease periods.
+  const absl::Time left = absl::Now();
+  for (int r : {0, 2}) {
+    EXPECT_EQ(ranks[r]->Wait(absl::Seconds(30)), 1) << ranks[r]->Output();
+    EXPECT_THAT(ranks[r]->Output(), HasSubstr("rank 1 has left the job")) << ranks[r]->Output();
+  }
+  EXPECT_LT(absl::Now() - left, absl::Seconds(20));
+}
+
+// A daemon killed for good: the trainers' calls retry for ZEROD_RETRY_FOR from the start of the
+// outage, not each call for a minute of its own (heartbeat, heartbeat, leave: 3 minutes), then
+// stop with the endpoint named. A restart within the budget is ridden through (zerod_test).
+TEST(Train, ATrainerWhoseDaemonIsGoneForGoodStopsWithinItsRetryBudget) {
+  ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "1s"});
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  std::vector<std::unique_ptr<ChildProcess>> ranks =
+      StartEndlessRanks(zerod, "orphan", 2, "2", 3, {}, {"ZEROD_RETRY_FOR=3s"});
+  zerod.Crash();
+  for (auto& rank : ranks) {
+    EXPECT_EQ(rank->Wait(absl::Seconds(40)), 1) << rank->Output();
+    EXPECT_THAT(rank->Output(), HasSubstr("zerod at " + zerod.endpoint() + " unavailable for 3s"))
+        << rank->Output();
   }
 }
 

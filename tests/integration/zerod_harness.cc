@@ -18,10 +18,11 @@ ZerodHarness::ZerodHarness(std::vector<std::string> flags)
 
 ZerodHarness::~ZerodHarness() = default;
 
-void ZerodHarness::Start() {
+void ZerodHarness::Start(const std::vector<std::string>& extra_flags) {
   std::vector<std::string> argv = {Built(ZEROD_PATH), "--socket",           socket_, "--listen", "",
                                    "--data-dir",      dir_.path() + "/data"};
   argv.insert(argv.end(), flags_.begin(), flags_.end());
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   std::remove(socket_.c_str());  // a killed daemon's socket; the new one replaces it
   daemon_ = std::make_unique<ChildProcess>(argv, dir_.path() + "/zerod.log");
   // Connecting before the socket exists would put the channel into reconnect backoff.
@@ -31,6 +32,20 @@ void ZerodHarness::Start() {
   auto client = Client(absl::Seconds(10));
   auto jobs = client->ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status() << "\n" << Log();
+}
+
+ProcessResult ZerodHarness::StartRefused(const std::vector<std::string>& extra_flags,
+                                         absl::Duration timeout) {
+  std::vector<std::string> argv = {Built(ZEROD_PATH), "--socket",           socket_, "--listen", "",
+                                   "--data-dir",      dir_.path() + "/data"};
+  argv.insert(argv.end(), flags_.begin(), flags_.end());
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  std::remove(socket_.c_str());
+  ChildProcess daemon(argv, dir_.path() + "/zerod-refused.log");
+  ProcessResult result;
+  result.exit_code = daemon.Wait(timeout);
+  result.out = daemon.Output();
+  return result;  // a daemon still running is killed here
 }
 
 void ZerodHarness::Signal(int sig) { daemon_->Signal(sig); }

@@ -19,8 +19,12 @@ class ZerodHarness {
   explicit ZerodHarness(std::vector<std::string> flags = {});
   ~ZerodHarness();
 
-  // Starts zerod and waits until it answers.
-  void Start();
+  // Starts zerod (with `extra_flags` this once) and waits until it answers.
+  void Start(const std::vector<std::string>& extra_flags = {});
+  // Starts zerod expecting it to refuse to start: its exit code (-1 when it was still running
+  // after `timeout`; it is then killed) and its output.
+  ProcessResult StartRefused(const std::vector<std::string>& extra_flags = {},
+                             absl::Duration timeout = absl::Seconds(60));
   // kill -9, as a crash would.
   void Crash();
   // SIGTERM; returns the exit code.
@@ -30,6 +34,9 @@ class ZerodHarness {
 
   std::string endpoint() const { return "unix://" + socket_; }
   const TempDir& dir() const { return dir_; }
+  std::string data_dir() const { return dir_.path() + "/data"; }
+  // The running daemon's process id (to read its /proc entries).
+  pid_t daemon_pid() const { return daemon_->pid(); }
   std::string Log() const;
   std::unique_ptr<client::CoordinatorClient> Client(absl::Duration retry_for = absl::Seconds(10));
 

@@ -44,7 +44,6 @@ class JobRecordsTest : public ::testing::Test {
     job_.layout_digest = "d1";
     job_.layout_digest_rank = 2;
     job_.options.set_stage(2);
-    job_.members.resize(3);
     job_.members[0] = MemberIn(v1::MEMBER_JOINING, "a");
     job_.members[2] = MemberIn(v1::MEMBER_JOINING, "c");
     auto built = BuildPlan({.job_id = job_.id,
@@ -89,9 +88,9 @@ TEST_F(JobRecordsTest, AFormedJobDecodesAsRunningWithItsJoinersActive) {
   EXPECT_EQ(job.shard_plan->DigestHex(), inputs_.plan_digest());
   EXPECT_EQ(*job.plan_bytes, inputs_.SerializeAsString());
   EXPECT_EQ(static_cast<int>(job.layout.size()), inputs_.tensors_size());
-  ASSERT_TRUE(job.members[0].has_value());
-  EXPECT_FALSE(job.members[1].has_value());
-  const Member& c = *job.members[2];
+  ASSERT_TRUE(job.members.contains(0));
+  EXPECT_FALSE(job.members.contains(1));
+  const Member& c = job.members.at(2);
   EXPECT_EQ(c.state, v1::MEMBER_ACTIVE);
   EXPECT_EQ(c.generation, 1);
   EXPECT_EQ(c.host, "c");
@@ -105,10 +104,10 @@ TEST_F(JobRecordsTest, AFormedJobDecodesAsRunningWithItsJoinersActive) {
 TEST_F(JobRecordsTest, LostAndLeftMembersFreeTheirRanksAndLostOnesAreRemembered) {
   {
     MutexLock lock(&job_.mu);
-    job_.members[0]->state = v1::MEMBER_LOST;
-    job_.members[2]->state = v1::MEMBER_LEFT;
-    records_.push_back({MemberKey("llama", 0), EncodeMember(*job_.members[0])});
-    records_.push_back({MemberKey("llama", 2), EncodeMember(*job_.members[2])});
+    job_.members[0].state = v1::MEMBER_LOST;
+    job_.members[2].state = v1::MEMBER_LEFT;
+    records_.push_back({MemberKey("llama", 0), EncodeMember(job_.members[0])});
+    records_.push_back({MemberKey("llama", 2), EncodeMember(job_.members[2])});
     records_.push_back({MetaKey("llama"), EncodeMeta(job_, 3, v1::JOB_DEGRADED)});
   }
   // The later records of a key are what the store holds: keep only those.
@@ -122,8 +121,8 @@ TEST_F(JobRecordsTest, LostAndLeftMembersFreeTheirRanksAndLostOnesAreRemembered)
   MutexLock lock(&job.mu);
   EXPECT_EQ(job.generation, 3);
   EXPECT_EQ(job.state, v1::JOB_DEGRADED);
-  EXPECT_EQ(job.members[0]->state, v1::MEMBER_LOST);
-  EXPECT_EQ(job.members[0]->lease_expiry, absl::InfinitePast());  // no lease for the lost
+  EXPECT_EQ(job.members[0].state, v1::MEMBER_LOST);
+  EXPECT_EQ(job.members[0].lease_expiry, absl::InfinitePast());  // no lease for the lost
   EXPECT_EQ(job.slots.live(), 0);
   EXPECT_EQ(job.slots.lost(), (std::set<int64_t>{0}));
   EXPECT_EQ(job.slots.LowestFree(), 0);
@@ -156,6 +155,27 @@ TEST_F(JobRecordsTest, CorruptRecordsAreDataLossNamingTheRecord) {
       {MembersPrefix("llama") + "x", "{}", "bad rank"},
       {MemberKey("llama", 7), "{}", "bad rank"},
       {MemberKey("llama", 1), "[]", "corrupt record"},
+      {MetaKey("llama"),
+       R"({"world_size": 3, "generation": 1, "state": 99, "layout_digest": "d1",
+           "layout_digest_rank": 0, "options": "{}"})",
+       "job state 99 is unknown"},
+      {MemberKey("llama", 1),
+       R"({"state": -4, "host": "h", "device": "cpu", "budget_bytes": 0, "layout_digest": "d1",
+           "generation": 1})",
+       "member state -4 is unknown"},
+      // Numbers no int64 holds are damage, not values to convert (found by job_records_fuzz).
+      {MemberKey("llama", 1),
+       R"({"state": 1, "host": "h", "device": "cpu", "budget_bytes": 1.07e62,
+           "layout_digest": "d1", "generation": 1})",
+       "'budget_bytes' is not an integer in range"},
+      {MemberKey("llama", 1),
+       R"({"state": 1, "host": "h", "device": "cpu", "budget_bytes": 0, "layout_digest": "d1",
+           "generation": 18446744073709551615})",
+       "'generation' is not an integer in range"},
+      {MetaKey("llama"),
+       R"({"world_size": 3, "generation": 1, "state": 4294967297, "layout_digest": "d1",
+           "layout_digest_rank": 0, "options": "{}"})",
+       "job state 4294967297 is unknown"},
   };
   for (const Case& c : cases) {
     std::vector<KeyValue> records = records_;
@@ -183,6 +203,37 @@ TEST_F(JobRecordsTest, FormationRewritesEveryMemberAndReplacesOldOnes) {
   EXPECT_EQ(ops[3].key, MemberKey("llama", 0));
   EXPECT_EQ(ops[4].key, MemberKey("llama", 2));
   EXPECT_EQ(ops.size(), 5u);
+}
+
+TEST(JobKeys, AKeyBelongsToTheJobItIsFiledUnder) {
+  EXPECT_EQ(JobOfKey("jobs/llama/meta"), "llama");
+  EXPECT_EQ(JobOfKey("jobs/llama/kv/a/b"), "llama");
+  EXPECT_EQ(JobOfKey("jobs/llama"), "");
+  EXPECT_EQ(JobOfKey("auth/jobs/llama"), "");
+}
+
+TEST(Quarantine, MovesEveryRecordAsStoredAndSaysWhyAndWhere) {
+  const std::vector<KeyValue> intact = {{"jobs/j/meta", "{}"}, {"jobs/j/kv/addr", "a"}};
+  const std::vector<DamagedRecord> damaged = {{"jobs/j/members/000000001", "bad\x01", "why"}};
+  auto [ops, moved_to] = QuarantineRecords("j", intact, damaged, 42, "record x is damaged");
+  EXPECT_EQ(moved_to, "quarantine/j/r42/");
+  ASSERT_EQ(ops.size(), 5u);
+  EXPECT_EQ(ops[0].key, "quarantine/j/r42/meta");
+  EXPECT_EQ(ops[1].key, "quarantine/j/r42/kv/addr");
+  EXPECT_EQ(ops[2].key, "quarantine/j/r42/members/000000001");
+  EXPECT_EQ(ops[2].value, "bad\x01");
+  EXPECT_EQ(ops[3].key, "quarantine/j/r42/reason");
+  EXPECT_EQ(ops[4].kind, KvOp::Kind::kDeletePrefix);
+  EXPECT_EQ(ops[4].key, "jobs/j/");
+
+  // Read back at the next start: the latest quarantine of each id, a user key named "reason"
+  // inside a moved job's store not taken for one.
+  std::vector<KeyValue> records = Apply(ops);
+  records.push_back({"quarantine/j/r7/reason", "older"});
+  records.push_back({"quarantine/j/r42/kv/reason", "a store value"});
+  const std::map<std::string, std::string> jobs = QuarantinedJobs(records);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs.at("j"), "record x is damaged; its records are kept under quarantine/j/r42/");
 }
 
 }  // namespace

@@ -276,5 +276,159 @@ TEST_F(RegistryTest, LeavingAndEndingAreDurable) {
   EXPECT_EQ(registry_->Describe("llama")->summary().world_size(), 3);
 }
 
+// A sink that keeps what it is sent, for watch tests.
+class RecordingSink : public EventSink {
+ public:
+  void Send(const v1::JobEvent& event) override {
+    MutexLock lock(&mu_);
+    events_.push_back(event);
+  }
+  void Close(const absl::Status& status) override {
+    MutexLock lock(&mu_);
+    closed_ = status;
+  }
+  std::vector<v1::JobEvent> events() {
+    MutexLock lock(&mu_);
+    return events_;
+  }
+  std::optional<absl::Status> closed() {
+    MutexLock lock(&mu_);
+    return closed_;
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<v1::JobEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> closed_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(RegistryTest, AJoinDeclaringTheLargestWorldCostsWhatJoinedNotTheWorld) {
+  options_.join_limits.max_world_size = kHardMaxWorldSize;
+  Reopen();
+  // At the top rank, so that nothing below it may be listed either.
+  auto waiting = Join(Args(kHardMaxWorldSize - 1, kHardMaxWorldSize), absl::Seconds(30));
+  auto any = Join(Args(-1, kHardMaxWorldSize), absl::Seconds(60));
+  auto d = registry_->Describe("llama");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->summary().world_size(), kHardMaxWorldSize);
+  ASSERT_EQ(d->members_size(), 2);
+  EXPECT_EQ(d->members(0).rank(), 0);
+  EXPECT_EQ(d->members(1).rank(), kHardMaxWorldSize - 1);
+  EXPECT_THAT(std::string(registry_->GetPlan("llama").status().message()),
+              HasSubstr("2 of 16777216 ranks joined"));
+  clock_.Advance(absl::Seconds(30));
+  EXPECT_THAT(std::string(waiting.get().status().message()), HasSubstr("(missing: 1, 2, 3, 4"));
+  clock_.Advance(absl::Seconds(30));
+  EXPECT_EQ(any.get().status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(registry_->ListJobs().empty());
+}
+
+TEST_F(RegistryTest, AWorldOverTheLimitIsRefusedNamingTheFlag) {
+  options_.join_limits.max_world_size = 8;
+  Reopen();
+  auto r = Join(Args(0, 9)).get();
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("world size must be 1..8 (--max-world-size), got 9"));
+  EXPECT_TRUE(registry_->ListJobs().empty());
+  EXPECT_EQ(Form(8).size(), 8u);
+}
+
+TEST_F(RegistryTest, AJobThatNeverFormedIsRemovedOnceNobodyIsInIt) {
+  // A formation the planner refuses.
+  auto poor = Args(0, 1);
+  poor.budget_bytes = 1000;
+  EXPECT_EQ(Join(poor).get().status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(registry_->ListJobs().empty());
+  EXPECT_FALSE(registry_->JobExists("llama"));
+  // A join that times out alone; its watcher is told and closed.
+  auto waiting = Join(Args(0, 2), absl::Seconds(5));
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(registry_->Subscribe("llama", sink).ok());
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(waiting.get().status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(registry_->ListJobs().empty());
+  EXPECT_EQ(registry_->Describe("llama").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(sink->closed().has_value());
+  EXPECT_TRUE(sink->closed()->ok());
+  EXPECT_EQ(sink->events().back().kind(), v1::JobEvent::JOB_ENDED);
+  // A join whose rank leaves before the job forms.
+  auto leaving = Join(Args(0, 2));
+  std::promise<absl::StatusOr<int64_t>> left;
+  registry_->Leave("llama", 0, [&](absl::StatusOr<int64_t> g) { left.set_value(g); });
+  ASSERT_TRUE(left.get_future().get().ok());
+  EXPECT_EQ(leaving.get().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(registry_->ListJobs().empty());
+  // None of it is in the state either.
+  Reopen();
+  EXPECT_TRUE(registry_->ListJobs().empty());
+  EXPECT_EQ(Form(2).size(), 2u);
+}
+
+TEST_F(RegistryTest, AJobThatFormedOnceIsEndedWhenItsReformationComesToNothing) {
+  ASSERT_EQ(Form(2).size(), 2u);
+  // Both ranks are lost: the job is degraded with nobody in it, and a join re-forms it.
+  clock_.Advance(absl::Seconds(16));
+  registry_->ExpireLeases();
+  ASSERT_EQ(registry_->Describe("llama")->summary().state(), v1::JOB_DEGRADED);
+  auto waiting = Join(Args(0, 3), absl::Seconds(5));
+  ASSERT_EQ(registry_->Describe("llama")->summary().state(), v1::JOB_FORMING);
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(waiting.get().status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(registry_->Describe("llama")->summary().state(), v1::JOB_ENDED);
+  Reopen();
+  EXPECT_EQ(registry_->Describe("llama")->summary().state(), v1::JOB_ENDED);
+  EXPECT_EQ(Form(3).size(), 3u);
+}
+
+TEST_F(RegistryTest, JoinsThatWouldOpenAJobPastMaxJobsAreRefusedAndEndedJobsDoNotCount) {
+  options_.max_jobs = 2;
+  Reopen();
+  auto in = [this](const std::string& job, int64_t rank, int64_t world) {
+    JoinArgs a = Args(rank, world);
+    a.job_id = job;
+    return a;
+  };
+  ASSERT_TRUE(Join(in("a", 0, 1)).get().ok());
+  auto b0 = Join(in("b", 0, 2));  // forming: open too
+  auto refused = Join(in("c", 0, 1)).get();
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("job c: zerod has 2 open jobs, the most it takes (--max-jobs 2)"));
+  EXPECT_FALSE(registry_->JobExists("c"));
+  EXPECT_EQ(registry_->ListJobs().size(), 2u);
+  // Joins into open jobs go on.
+  ASSERT_TRUE(Join(in("b", 1, 2)).get().ok());
+  ASSERT_TRUE(b0.get().ok());
+  std::promise<absl::Status> ended;
+  registry_->EndJob("a", [&](absl::Status s) { ended.set_value(s); });
+  ASSERT_TRUE(ended.get_future().get().ok());
+  ASSERT_TRUE(Join(in("c", 0, 1)).get().ok());
+  // Re-forming an ended job opens it again, which counts.
+  EXPECT_EQ(Join(in("a", 0, 1)).get().status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(registry_->Describe("a")->summary().state(), v1::JOB_ENDED);
+}
+
+TEST_F(RegistryTest, AHeartbeatWithAnOversizedReportIsRefusedAndNothingOfItKept) {
+  ASSERT_EQ(Form(1).size(), 1u);
+  v1::HeartbeatRequest hb;
+  hb.set_job_id("llama");
+  hb.set_rank(0);
+  for (int i = 0; i < 1000; ++i) (*hb.mutable_comm_bytes())["c" + std::to_string(i)] = i;
+  auto r = registry_->Heartbeat(hb);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("job llama: rank 0: heartbeat comm_bytes has 1000 entries, over 64"));
+  hb.clear_comm_bytes();
+  (*hb.mutable_memory_bytes())[std::string(100000, 'm')] = 1;
+  r = registry_->Heartbeat(hb);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("... (100000 bytes)' is longer than 64"));
+  EXPECT_LT(r.status().message().size(), 300u);
+  EXPECT_TRUE(registry_->Describe("llama")->members(0).memory_bytes().empty());
+  EXPECT_TRUE(registry_->Describe("llama")->members(0).comm_bytes().empty());
+}
+
 }  // namespace
 }  // namespace zerod::server

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/job_registry.h"
 #include "server/state/sqlite_kv_store.h"
 #include "tests/util/subprocess.h"
 
@@ -38,7 +39,11 @@ class JobStoreTest : public ::testing::Test {
   void SetUp() override {
     kv_ = *SqliteKvStore::Open(dir_.path() + "/state.db", Durability::kNormal);
     store_ = std::make_unique<JobStore>(
-        kv_.get(), &clock_, [](const std::string& id) { return id == "llama" || id == "other"; },
+        kv_.get(), &clock_,
+        [](const std::string& id) {
+          // As the daemon's check answers: the registry's not-found error.
+          return id == "llama" || id == "other" ? absl::OkStatus() : JobNotFound(id);
+        },
         limits_);
   }
 
@@ -84,6 +89,19 @@ class JobStoreTest : public ::testing::Test {
   absl::StatusOr<bool> Delete(const std::string& key) {
     Call<absl::StatusOr<bool>> call;
     store_->Delete("llama", key, call.Done());
+    return call.future.get();
+  }
+
+  // A store with a job's keys and bytes limited so (a new JobStore over the same state).
+  void LimitEachJob(int64_t keys, int64_t bytes) {
+    store_.reset();
+    limits_.max_keys_per_job = keys;
+    limits_.max_bytes_per_job = bytes;
+    SetUp();
+  }
+  absl::Status Arrive(const std::string& name, int64_t participant, int64_t count) {
+    Call<absl::Status> call;
+    store_->Barrier("llama", name, participant, count, {absl::ZeroDuration()}, call.Done());
     return call.future.get();
   }
 
@@ -332,7 +350,7 @@ TEST_F(JobStoreTest, EveryCallOfAnUnknownJobIsNotFound) {
   answers.push_back(barrier.future.get());
   for (const absl::Status& s : answers) {
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-    EXPECT_THAT(Message(s), HasSubstr("job nope not found (join it first)"));
+    EXPECT_THAT(Message(s), HasSubstr("job nope not found"));
   }
   // A megabyte-long id is not echoed back whole.
   const absl::Status huge = Set("k", "v", std::string(1 << 20, 'j')).status();
@@ -352,6 +370,81 @@ TEST_F(JobStoreTest, ShutdownAnswersEveryWaitingCall) {
   }
   // A deadline after shutdown answers nobody twice.
   clock_.Advance(absl::Seconds(10));
+}
+
+TEST_F(JobStoreTest, AWriteThatWouldPassTheJobsKeyLimitIsRefusedAndNothingIsStored) {
+  LimitEachJob(3, 1 << 20);
+  ASSERT_TRUE(Set("a", "1").ok());
+  ASSERT_TRUE(Set("b", "2").ok());
+  ASSERT_TRUE(Add("n", 1).ok());
+  const absl::Status full = Set("d", "4").status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(full), HasSubstr("job llama: the store holds 3 keys, the most a job may (3, "
+                                       "--max-store-keys); key 'd' was not written"));
+  EXPECT_EQ(Get("d", absl::ZeroDuration()).get().status().code(), absl::StatusCode::kNotFound);
+  // Every call that writes a new key is checked.
+  EXPECT_EQ(CompareSet("d", std::nullopt, "4").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Add("m", 1).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Arrive("init", 0, 1).code(), absl::StatusCode::kResourceExhausted);
+  // Keys held may change; other jobs are not limited by this one.
+  EXPECT_TRUE(Set("a", "11").ok());
+  EXPECT_TRUE(CompareSet("b", "2", "22")->swapped);
+  EXPECT_EQ(*Add("n", 1), 2);
+  EXPECT_TRUE(Set("d", "4", "other").ok());
+  // A delete makes room.
+  ASSERT_TRUE(*Delete("a"));
+  EXPECT_TRUE(Set("d", "4").ok());
+}
+
+TEST_F(JobStoreTest, AWriteThatWouldPassTheJobsByteLimitIsRefusedAndNothingIsStored) {
+  LimitEachJob(100, 40);                                             // bytes of keys and values
+  ASSERT_TRUE(Set("a", std::string(30, 'x')).ok());                  // 31 bytes
+  const absl::Status over = Set("b", std::string(9, 'y')).status();  // 10 more: 41
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(over), HasSubstr("job llama: writing 10 bytes at key 'b' would take the "
+                                       "store past 40 bytes (--max-store-bytes); it holds 31"));
+  EXPECT_EQ(Get("b", absl::ZeroDuration()).get().status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(CompareSet("b", std::nullopt, std::string(9, 'y')).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // An overwrite counts what it replaces.
+  EXPECT_TRUE(Set("a", std::string(39, 'x')).ok());
+  EXPECT_EQ(Set("a", std::string(40, 'x')).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Get("a", absl::ZeroDuration()).get()->value, std::string(39, 'x'));
+  ASSERT_TRUE(*Delete("a"));
+  EXPECT_TRUE(Set("b", std::string(9, 'y')).ok());
+}
+
+TEST_F(JobStoreTest, WhatIsStoredWhenTheDaemonStartsCountsAgainstTheLimits) {
+  ASSERT_TRUE(Set("a", "1").ok());
+  ASSERT_TRUE(Set("b", "2").ok());
+  LimitEachJob(2, 1 << 20);
+  EXPECT_EQ(Set("c", "3").status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Set("a", "11").ok());
+}
+
+TEST_F(JobStoreTest, WaitsAndBarriersLargerThanAJobsStoreAreRefused) {
+  LimitEachJob(4, 1 << 20);
+  Call<absl::Status> wait;
+  store_->Wait("llama", {"a", "b", "c", "d", "e"}, {absl::Seconds(1)}, wait.Done());
+  const absl::Status waited = wait.future.get();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(waited), HasSubstr("a wait for 5 keys, more than a job's store may hold (4"));
+  const absl::Status barrier = Arrive("init", 0, 5);
+  EXPECT_EQ(barrier.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(barrier), HasSubstr("barrier 'init' of 5 participants can never complete"));
+}
+
+TEST_F(JobStoreTest, ErrorsShowAPrefixOfALongKey) {
+  limits_.max_key_bytes = 4096;
+  LimitEachJob(100, 1 << 20);
+  const std::string key(4000, 'k');
+  const absl::Status big = Set(key, std::string(65, 'v')).status();
+  EXPECT_EQ(big.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(big), HasSubstr("... (4000 bytes)' is 65 bytes"));
+  EXPECT_LT(Message(big).size(), 300u);
+  const absl::Status missing = Get(key, absl::ZeroDuration()).get().status();
+  EXPECT_LT(Message(missing).size(), 300u);
 }
 
 }  // namespace

@@ -100,6 +100,39 @@ TEST(CheckJoinArgs, RefusesWorldSizesOutOfRange) {
   }
 }
 
+TEST(CheckJoinArgs, RefusesWorldsAndJobIdsOverTheDaemonsLimits) {
+  const JoinLimits limits{.max_world_size = 64, .max_job_id_bytes = 8};
+  JoinArgs big = Args(-1, 65);
+  EXPECT_THAT(std::string(CheckJoinArgs(big, limits).message()),
+              HasSubstr("world size must be 1..64 (--max-world-size), got 65"));
+  big.world_size = 64;
+  EXPECT_TRUE(CheckJoinArgs(big, limits).ok());
+  // The limit is never above what job records accept.
+  const JoinLimits lax{.max_world_size = int64_t{1} << 40};
+  JoinArgs huge = Args(-1, kHardMaxWorldSize + 1);
+  EXPECT_EQ(CheckJoinArgs(huge, lax).code(), absl::StatusCode::kInvalidArgument);
+  JoinArgs named = Args(0);
+  named.job_id = "llama-7b-v2";
+  EXPECT_THAT(std::string(CheckJoinArgs(named, limits).message()),
+              HasSubstr("is 11 bytes, longer than 8 (--max-job-id-bytes)"));
+}
+
+TEST(CheckJoinArgs, RefusesALayoutDigestLongerThanANameWithoutEchoingIt) {
+  JoinArgs a = Args(0);
+  a.layout.clear();
+  a.layout_digest = std::string(40 << 20, 'f');
+  const absl::Status s = CheckJoinArgs(a);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("layout digest is 41943040 bytes, over 256"));
+  EXPECT_LT(s.message().size(), 200u);
+}
+
+TEST(ShownKey, IsWholeUpTo64BytesElseAPrefixAndTheLength) {
+  EXPECT_EQ(ShownKey("rank0/addr"), "rank0/addr");
+  EXPECT_EQ(ShownKey(std::string(64, 'k')), std::string(64, 'k'));
+  EXPECT_EQ(ShownKey(std::string(1 << 20, 'k')), std::string(64, 'k') + "... (1048576 bytes)");
+}
+
 TEST(CheckJoinArgs, RefusesRanksOutsideTheWorld) {
   for (int64_t rank : {int64_t{-2}, int64_t{4}}) {
     const absl::Status s = CheckJoinArgs(Args(rank));

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "proto/plan_convert.h"
 #include "runtime/plan/synthetic_layout.h"
+#include "server/join_admission.h"
 
 namespace zerod::server {
 namespace {
@@ -95,14 +96,31 @@ TEST(SmallestBudget, TakesTheSmallestOfLiveMembersThatSetOne) {
     Member m;
     m.state = state;
     m.budget_bytes = budget;
-    return std::optional<Member>(m);
+    return m;
   };
   EXPECT_EQ(SmallestBudget({}), 0);
-  EXPECT_EQ(SmallestBudget({member(v1::MEMBER_ACTIVE, 0), std::nullopt}), 0);
-  EXPECT_EQ(SmallestBudget({member(v1::MEMBER_JOINING, 900), member(v1::MEMBER_ACTIVE, 0),
-                            member(v1::MEMBER_ACTIVE, 700), member(v1::MEMBER_LOST, 100),
-                            member(v1::MEMBER_LEFT, 200)}),
+  EXPECT_EQ(SmallestBudget({{0, member(v1::MEMBER_ACTIVE, 0)}}), 0);
+  EXPECT_EQ(SmallestBudget({{0, member(v1::MEMBER_JOINING, 900)},
+                            {1, member(v1::MEMBER_ACTIVE, 0)},
+                            {2, member(v1::MEMBER_ACTIVE, 700)},
+                            {3, member(v1::MEMBER_LOST, 100)},
+                            {7, member(v1::MEMBER_LEFT, 200)}}),
             700);
+}
+
+// The planner runs once every rank joined, so a world is as large as --max-world-size allows: the
+// plan of the largest world any daemon accepts is numbers per segment, not a piece per rank.
+TEST(BuildPlan, APlanForTheLargestWorldAnyDaemonAcceptsStaysSmall) {
+  const std::vector<v1::TensorSpec> layout = Layout(1 << 20);
+  const v1::PlanOptions options = Stage(3);
+  auto built = BuildPlan({.job_id = "huge",
+                          .layout = layout,
+                          .options = options,
+                          .world_size = kHardMaxWorldSize,
+                          .generation = 1});
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->shard_plan->world_size(), kHardMaxWorldSize);
+  EXPECT_LT(built->inputs.ByteSizeLong(), size_t{64} << 10);
 }
 
 }  // namespace

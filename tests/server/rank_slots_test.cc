@@ -94,5 +94,39 @@ TEST(RankSlots, ResetForgetsEverything) {
   EXPECT_TRUE(slots.IsFree(4));
 }
 
+TEST(RankSlots, TakingTheLastRankOfAHugeWorldLeavesTheRanksBelowFreeWithoutListingThem) {
+  // The old bookkeeping listed every skipped rank as freed: 2^62 of them here.
+  constexpr int64_t kWorld = int64_t{1} << 62;
+  RankSlots slots;
+  slots.Reset(kWorld);
+  ASSERT_TRUE(slots.Take(kWorld - 1));
+  EXPECT_EQ(slots.LowestFree(), 0);
+  EXPECT_TRUE(slots.IsFree(kWorld - 2));
+  EXPECT_FALSE(slots.IsFree(kWorld - 1));
+  ASSERT_TRUE(slots.Take(0));
+  EXPECT_EQ(slots.LowestFree(), 1);
+  EXPECT_EQ(slots.live(), 2);
+}
+
+TEST(RankSlots, RunsOfLiveRanksJoinAndSplit) {
+  RankSlots slots;
+  slots.Reset(10);
+  for (int64_t r : {0, 1, 3, 4, 6}) ASSERT_TRUE(slots.Take(r));
+  EXPECT_EQ(slots.LowestFree(), 2);
+  ASSERT_TRUE(slots.Take(2));  // joins 0-1 and 3-4
+  EXPECT_EQ(slots.LowestFree(), 5);
+  ASSERT_TRUE(slots.Take(5));  // joins 0-4 and 6
+  EXPECT_EQ(slots.LowestFree(), 7);
+  ASSERT_TRUE(slots.Free(3));  // splits 0-6
+  EXPECT_EQ(slots.LowestFree(), 3);
+  for (int64_t r : {0, 1, 2, 4, 5, 6}) EXPECT_FALSE(slots.IsFree(r)) << r;
+  EXPECT_FALSE(slots.Free(3));
+  ASSERT_TRUE(slots.Free(0));  // the first rank of a run
+  ASSERT_TRUE(slots.Free(6));  // the last
+  EXPECT_EQ(slots.LowestFree(), 0);
+  EXPECT_EQ(slots.live(), 4);
+  for (int64_t r : {1, 2, 4, 5}) EXPECT_FALSE(slots.IsFree(r)) << r;
+}
+
 }  // namespace
 }  // namespace zerod::server

@@ -89,6 +89,17 @@ TEST_F(StoreWaitsTest, TheDeadlineNamesTheKeysStillMissing) {
   EXPECT_EQ(answers_.count(), 1);
 }
 
+TEST_F(StoreWaitsTest, TheDeadlineOfAWaitForManyKeysNamesAFewAndTheCount) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10000; ++i) keys.push_back("w/" + std::to_string(100000 + i));
+  waits_->AwaitKeys(answers_.Waiter(), keys, clock_.Now() + absl::Seconds(1));
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_EQ(answers_.count(), 1);
+  EXPECT_EQ(answers_.last().message(),
+            "keys not set in time: w/100000, w/100001, w/100002, w/100003, w/100004, w/100005, "
+            "w/100006, w/100007, ... (10000 keys)");
+}
+
 TEST_F(StoreWaitsTest, ABarrierCountsArrivalsBeforeAndAfterItsWaiter) {
   Put("w/b/0");
   Put("w/b/1");

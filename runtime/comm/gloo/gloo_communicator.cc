@@ -5,8 +5,10 @@
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +42,11 @@ struct GlooCommunicator::Op {
     return status_;
   }
 
+  bool done() {
+    MutexLock lock(&mu_);
+    return done_;
+  }
+
  private:
   Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
@@ -50,14 +57,35 @@ namespace {
 
 class GlooWork final : public Work {
  public:
-  explicit GlooWork(std::shared_ptr<GlooCommunicator::Op> op) : op_(std::move(op)) {}
+  GlooWork(GlooCommunicator* owner, std::shared_ptr<GlooCommunicator::Op> op)
+      : owner_(owner), op_(std::move(op)) {}
 
   absl::Status Wait(absl::Duration timeout) override { return op_->Wait(timeout); }
-  void Abort(const absl::Status& why) override { op_->Finish(why); }
+  // The other ranks cannot skip a collective that this one gives up on, so the communicator is
+  // aborted with it. A finished op needs nothing (and its communicator may be gone by then: the
+  // destructor finishes every op).
+  void Abort(const absl::Status& why) override {
+    if (!op_->done()) owner_->Abort(why);
+  }
 
  private:
+  GlooCommunicator* owner_;
   std::shared_ptr<GlooCommunicator::Op> op_;
 };
+
+// Gloo writes with writev, which raises SIGPIPE when the peer has closed the connection (a rank
+// declared lost resumes and writes to survivors that tore their transport down): the process
+// would die with no message. Ignored, the write fails with EPIPE and the collective with an
+// error. A handler the program installed itself is left alone.
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
 
 template <typename Convert, typename Back>
 void AddHalf(void* c, const void* a, const void* b, size_t n, Convert to_float, Back back) {
@@ -150,6 +178,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: rank ", rank, " is out of range for world size ", world_size));
   }
+  IgnoreSigpipe();
   try {
     gloo::transport::tcp::attr attr(options.hostname.c_str());
     auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -196,7 +225,7 @@ std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, 
   } else {
     queue_.push_back(op);
   }
-  return std::make_unique<GlooWork>(op);
+  return std::make_unique<GlooWork>(this, op);
 }
 
 void GlooCommunicator::Loop() {
@@ -206,13 +235,17 @@ void GlooCommunicator::Loop() {
     if (queue_.empty()) return;
     std::shared_ptr<Op> op = queue_.front();
     queue_.pop_front();
-    running_ = op;
     mu_.Unlock();
     absl::Status status;
     try {
       op->body();
     } catch (const std::exception& e) {
       status = absl::UnavailableError(absl::StrCat(op->name, " failed: ", e.what()));
+    }
+    if (!status.ok()) {
+      // A collective that failed on one rank cannot complete on the others: closing every
+      // connection fails theirs at once instead of at their timeout.
+      CloseConnections();
     }
     mu_.Lock();
     if (status.ok()) {
@@ -222,23 +255,45 @@ void GlooCommunicator::Loop() {
     } else if (aborted_.ok()) {
       // A broken transport breaks every later collective too.
       aborted_ = status;
+    } else {
+      status = aborted_;  // the cause (a lost rank), not the closed connection it led to
     }
-    running_.reset();
+    // Only now, with Gloo done with the op's buffers, may its waiters free them.
     op->Finish(status);
+  }
+}
+
+void GlooCommunicator::CloseConnections() {
+  // Gloo's TCP transport, when a wait times out, hands an exception to every pair of the context:
+  // each closes its socket under the lock its reads run under and wakes every wait pending on it.
+  // Once that returns no byte can land in any buffer, and the collective in flight leaves Gloo at
+  // once. That call (tcp::Context::signalException) is not reachable from here (Debian's
+  // libgloo-dev lacks gloo/common/memory.h, which the tcp headers include), so a wait that is
+  // sure to time out makes it. Safe from any thread, as Gloo's own timeouts are.
+  char byte = 0;
+  std::unique_ptr<gloo::transport::UnboundBuffer> probe = context_->createUnboundBuffer(&byte, 1);
+  try {
+    (void)probe->waitRecv(std::chrono::milliseconds(1));
+  } catch (const std::exception&) {
+    // Expected: the timeout this call exists for.
   }
 }
 
 void GlooCommunicator::Abort(const absl::Status& why) {
   std::deque<std::shared_ptr<Op>> pending;
+  absl::Status cause;
   {
     MutexLock lock(&mu_);
     if (aborted_.ok()) aborted_ = why;
+    cause = aborted_;
     pending.swap(queue_);
-    // The collective in flight cannot be interrupted inside Gloo; its waiters are released now
-    // and its late result is dropped.
-    if (running_) pending.push_back(running_);
   }
-  for (auto& op : pending) op->Finish(why);
+  // Releasing the waiters of the collective in flight while Gloo still held its buffers let a
+  // peer that resumed write into memory its owner had freed. The transport goes first; the
+  // collective thread then finishes that op as soon as it leaves Gloo.
+  CloseConnections();
+  // Never started: Gloo never saw their buffers.
+  for (auto& op : pending) op->Finish(cause);
 }
 
 std::map<std::string, int64_t> GlooCommunicator::BytesSent() const {

@@ -10,6 +10,12 @@
 //
 // Owns one thread that runs the collectives in call order (a Gloo context is not thread-safe);
 // the destructor aborts what is queued and joins it.
+//
+// Abort (and a collective that fails) closes every connection first: the collective in flight
+// fails at once on this rank and, through the closed connections, on its peers; no transfer can
+// land in its buffers afterwards, and its Work reports the failure only once Gloo has let go of
+// them. Creating one ignores SIGPIPE in the process if nothing handles it (Gloo's writes raise
+// it on a connection the peer closed).
 
 #include <deque>
 #include <memory>
@@ -58,6 +64,8 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<Work> Enqueue(std::string name, int64_t sent, int64_t received,
                                 std::function<void()> body);
   void Loop();
+  // Closes the connection to every peer, failing each Gloo wait in flight.
+  void CloseConnections();
   // Runs on the collective thread before each collective; throws on a mismatch with a neighbour.
   void Handshake(absl::string_view kind, int64_t count, DType dtype);
   void RingReduceScatter(char* data, int64_t chunk_bytes, DType dtype);
@@ -70,7 +78,6 @@ class GlooCommunicator final : public Communicator {
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Op>> queue_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<Op> running_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, int64_t> sent_ ABSL_GUARDED_BY(mu_);

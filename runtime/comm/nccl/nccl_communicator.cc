@@ -26,7 +26,7 @@ ncclDataType_t NcclType(DType dtype) {
 // error ends the wait.
 class NcclWork final : public Work {
  public:
-  NcclWork(const NcclCommunicator* owner, std::string name, cudaEvent_t event)
+  NcclWork(NcclCommunicator* owner, std::string name, cudaEvent_t event)
       : owner_(owner), name_(std::move(name)), event_(event) {}
   ~NcclWork() override {
     if (event_ != nullptr) cudaEventDestroy(event_);
@@ -36,10 +36,6 @@ class NcclWork final : public Work {
     if (!issue_error_.ok()) return issue_error_;
     const absl::Time deadline = absl::Now() + timeout;
     for (;;) {
-      {
-        MutexLock lock(&mu_);
-        if (!aborted_.ok()) return aborted_;
-      }
       if (absl::Status a = owner_->aborted(); !a.ok()) return a;
       const cudaError_t e = cudaEventQuery(event_);
       if (e == cudaSuccess) return absl::OkStatus();
@@ -53,19 +49,19 @@ class NcclWork final : public Work {
       absl::SleepFor(absl::Microseconds(50));
     }
   }
+  // The other ranks cannot skip a collective this one gives up on: unless it completed, the
+  // communicator is aborted, which also ends its kernels before the buffers can be reused.
   void Abort(const absl::Status& why) override {
-    MutexLock lock(&mu_);
-    if (aborted_.ok()) aborted_ = why;
+    if (event_ == nullptr || cudaEventQuery(event_) == cudaSuccess) return;
+    owner_->Abort(why);
   }
   void set_issue_error(absl::Status s) { issue_error_ = std::move(s); }
 
  private:
-  const NcclCommunicator* owner_;
+  NcclCommunicator* owner_;
   std::string name_;
   cudaEvent_t event_;
   absl::Status issue_error_;
-  Mutex mu_;
-  absl::Status aborted_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<ncclComm_t> InitComm(Store& store, int64_t rank, int64_t world,

@@ -3,6 +3,8 @@
 
 #include "runtime/comm/gloo/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <functional>
 #include <random>
 #include <thread>
@@ -20,9 +22,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Runs body(rank, communicator) on `world` ranks at once.
+// Runs body(rank, communicator) on `world` ranks at once. The body of rank `release` (if any)
+// takes ownership of its communicator.
 void OnRanks(int64_t world, const std::function<void(int64_t, Communicator&)>& body,
-             absl::Duration timeout = absl::Seconds(30)) {
+             absl::Duration timeout = absl::Seconds(30), int64_t release = -1) {
   static int group = 0;
   auto store = std::make_shared<PrefixStore>("group" + std::to_string(group++),
                                              std::make_shared<InMemoryStore>());
@@ -31,7 +34,11 @@ void OnRanks(int64_t world, const std::function<void(int64_t, Communicator&)>& b
     threads.emplace_back([&, r] {
       auto comm = GlooCommunicator::Create(store, r, world, GlooOptions{"127.0.0.1", timeout});
       ASSERT_TRUE(comm.ok()) << comm.status();
-      body(r, **comm);
+      if (r == release) {
+        body(r, *comm->release());
+      } else {
+        body(r, **comm);
+      }
     });
   }
   for (auto& t : threads) t.join();
@@ -125,6 +132,85 @@ TEST(GlooCommunicator, AbortReleasesAWaiterWithTheReason) {
                 HasSubstr("rank 1 was lost"));
     done.Notify();
   });
+}
+
+// A rank stopped mid-collective (SIGSTOP) and declared lost: the survivor's abort must end the
+// collective in flight, not only its waiters, or the collective thread (and the destructor that
+// joins it) stays in Gloo until its timeout.
+TEST(GlooCommunicator, AnAbortedCommunicatorIsDestroyedAtOnceThoughItsPeerIsSilent) {
+  Notification destroyed;
+  OnRanks(
+      2,
+      [&](int64_t r, Communicator& c) {
+        if (r == 1) {  // alive, holding its connections open, never joining the collective
+          destroyed.WaitForNotification();
+          return;
+        }
+        auto own = std::unique_ptr<Communicator>(&c);  // destroyed here, timed
+        std::vector<float> data(100, 1.0f);
+        auto work = c.AllReduce(data.data(), 100, DType::kFloat32);
+        EXPECT_EQ(work->Wait(absl::Milliseconds(100)).code(), absl::StatusCode::kDeadlineExceeded);
+        const absl::Time start = absl::Now();
+        c.Abort(absl::AbortedError("job j: rank 1 was lost (no heartbeat for 2s)"));
+        EXPECT_THAT(std::string(work->Wait(absl::Seconds(50)).message()),
+                    HasSubstr("rank 1 was lost"));
+        own.reset();
+        // The Gloo timeout is 60 s; a closed transport ends it at once (20 s: a loaded machine).
+        EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+        destroyed.Notify();
+      },
+      absl::Seconds(60), /*release=*/0);
+}
+
+// A stopped rank that resumes after the others gave up on it sends what its collective would
+// have: none of it may land in the survivor's buffer, which its owner may have freed by then.
+TEST(GlooCommunicator, APeerThatResumesAfterAnAbortWritesNothingIntoTheAbortedBuffer) {
+  Notification aborted;
+  OnRanks(2, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(100, static_cast<float>(r + 1));
+    if (r == 1) {
+      aborted.WaitForNotification();  // "resumes" after rank 0 gave up
+      const absl::Status s = c.AllGather(data.data(), 50, DType::kFloat32)->Wait(absl::Seconds(20));
+      EXPECT_FALSE(s.ok()) << "the aborted peer must not take part";
+      return;
+    }
+    auto work = c.AllGather(data.data(), 50, DType::kFloat32);
+    EXPECT_EQ(work->Wait(absl::Milliseconds(100)).code(), absl::StatusCode::kDeadlineExceeded);
+    c.Abort(absl::AbortedError("job j: rank 1 was lost"));
+    EXPECT_FALSE(work->Wait(absl::Seconds(20)).ok());
+    aborted.Notify();
+    // Rank 1's late collective has had every chance to arrive by the time its thread ends.
+    absl::SleepFor(absl::Milliseconds(500));
+    for (float x : data) ASSERT_EQ(x, 1.0f) << "a late transfer landed in an aborted buffer";
+  });
+}
+
+// Giving up on one collective aborts its communicator: the peers cannot skip it, and its buffer
+// must be let go of before the Work says it is done with it.
+TEST(GlooCommunicator, AbortingOneWorkAbortsTheCommunicator) {
+  Notification done;
+  OnRanks(2, [&](int64_t r, Communicator& c) {
+    if (r == 1) {
+      done.WaitForNotification();
+      return;
+    }
+    std::vector<float> data(10, 1.0f);
+    auto first = c.AllReduce(data.data(), 10, DType::kFloat32);
+    auto second = c.Barrier();
+    first->Abort(absl::DeadlineExceededError("all_reduce gave up"));
+    EXPECT_THAT(std::string(first->Wait(absl::Seconds(20)).message()), HasSubstr("gave up"));
+    EXPECT_THAT(std::string(second->Wait(absl::Seconds(1)).message()), HasSubstr("gave up"));
+    EXPECT_THAT(std::string(c.Barrier()->Wait(absl::Seconds(1)).message()), HasSubstr("gave up"));
+    done.Notify();
+  });
+}
+
+// Gloo writes with writev: without this a write to a peer that closed its end kills the process.
+TEST(GlooCommunicator, CreatingOneIgnoresSigpipeUnlessTheProgramHandlesIt) {
+  OnRanks(1, [&](int64_t, Communicator&) {});
+  struct sigaction current {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &current), 0);
+  EXPECT_EQ(current.sa_handler, SIG_IGN);
 }
 
 TEST(GlooCommunicator, MismatchedCollectivesFailWithBothSidesNamed) {

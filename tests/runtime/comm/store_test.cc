@@ -4,6 +4,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/comm/abortable_store.h"
 #include "runtime/comm/in_memory_store.h"
 #include "runtime/comm/prefix_store.h"
 
@@ -62,6 +63,28 @@ TEST(PrefixStore, NamespacesKeys) {
   EXPECT_EQ(*a.Add("n", 2), 2);
   EXPECT_TRUE(a.Wait({"id", "n"}, absl::Milliseconds(10)).ok());
   EXPECT_FALSE(b.Wait({"n"}, absl::Milliseconds(10)).ok());
+}
+
+// A rank declared lost may wait on keys its gone peers would have written: the abort ends it.
+TEST(AbortableStore, AnAbortEndsAWaitInProgressWithItsReason) {
+  auto inner = std::make_shared<InMemoryStore>();
+  AbortableStore store(inner, absl::Milliseconds(20));
+  ASSERT_TRUE(store.Set("here", "1").ok());
+  EXPECT_EQ(*store.Get("here", absl::Seconds(1)), "1");
+  EXPECT_EQ(store.Get("never", absl::Milliseconds(50)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    store.Abort(absl::AbortedError("job j: rank 1 was lost"));
+  });
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<std::string> got = store.Get("never", absl::Seconds(60));
+  aborter.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("rank 1 was lost"));
+  EXPECT_EQ(store.Wait({"here"}, absl::Seconds(1)).code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(store.Set("later", "2").ok()) << "writes still go through";
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "runtime/plan/shard_plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -274,6 +275,48 @@ TEST(ValidatePlanInput, NamesTheFieldAtFault) {
   live.options.prefetch_depth = 2;
   live.options.max_live_units = 2;
   EXPECT_THAT(message(live), HasSubstr("max live units"));
+}
+
+// Found by tests/fuzz/plan_inputs_fuzz: a layout under the old 2^62-element cap (one tensor of
+// 2^61 elements), a bucket or gather buffer count in the billions, or padding to 2^24 ranks x
+// 2^20 alignment on many segments made the bytes a rank allocates overflow int64 (UBSan; in the
+// daemon's BuildPlan, a negative allocated_bytes_per_rank stored with the plan).
+TEST(ValidatePlanInput, RefusesWhatWouldOverflowTheBytesARankAllocates) {
+  auto message = [](PlanInput in) {
+    auto plan = ShardPlan::Create(std::move(in));
+    EXPECT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(plan.status().message());
+  };
+  EXPECT_THAT(message(Input({T("wte", {(1ll << 53) + (1ll << 49) - 1, 16, 16})}, 1, 0)),
+              HasSubstr("more than 2^48"));
+  PlanInput buckets = Input({T("a", {3})}, 2, 2);
+  buckets.options.bucket_buffers = 1ll << 60;
+  EXPECT_THAT(message(buckets), HasSubstr("bucket buffers: must be 1..1024"));
+  PlanInput units = Input({T("a", {3})}, 2, 3);
+  units.options.max_live_units = 1ll << 60;
+  EXPECT_THAT(message(units), HasSubstr("max live units: must be at most 1024"));
+  // prefetch + 1 overflowed where the live-unit rule was checked (plan_inputs_fuzz too).
+  PlanInput prefetch = Input({T("a", {3})}, 2, 3);
+  prefetch.options.prefetch_depth = std::numeric_limits<int64_t>::max();
+  EXPECT_THAT(message(prefetch), HasSubstr("prefetch depth: must be 0..1023"));
+  std::vector<TensorSpec> many;
+  for (int i = 0; i < 64; ++i) many.push_back(T("t" + std::to_string(i), {1}));
+  PlanInput padded = Input(many, 1 << 24, 1);
+  padded.options.partition_alignment_numel = 1 << 20;
+  padded.options.reduce_bucket_bytes = 1;  // every tensor its own segment, padded to 2^44
+  EXPECT_THAT(message(padded), HasSubstr("padded"));
+
+  // The largest of everything that is allowed still counts its bytes exactly.
+  PlanInput largest = Input({T("a", {1ll << 47}), T("b", {1ll << 47})}, 1, 3);
+  largest.options.param_dtype = DType::kFloat32;
+  largest.options.grad_dtype = DType::kFloat32;
+  largest.options.bucket_buffers = 1024;
+  largest.options.max_live_units = 1024;
+  auto plan = ShardPlan::Create(largest);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_GT(plan->AllocatedBytesPerRank(), 0);
+  EXPECT_EQ(plan->MemoryForRank(0).Total(), plan->AllocatedBytesPerRank());
 }
 
 }  // namespace

@@ -1,0 +1,18 @@
+#ifndef ZEROD_PROTO_AUTH_METADATA_H_
+#define ZEROD_PROTO_AUTH_METADATA_H_
+
+// The call metadata that carries credentials to zerod (docs/ARCHITECTURE.md, "Authentication").
+// Part of the wire protocol, like the .proto files: the SDK writes these keys, the daemon reads
+// them.
+
+namespace zerod::rpc {
+
+// The job's token: the secret its launcher made (zerorun, ZEROD_JOB_TOKEN). Whoever holds it may
+// act as the job's ranks, use its Store, and end it.
+inline constexpr char kJobTokenMetadata[] = "zerod-job-token";
+// The daemon's admin token (DATA_DIR/admin.token): may act on every job.
+inline constexpr char kAdminTokenMetadata[] = "zerod-admin-token";
+
+}  // namespace zerod::rpc
+
+#endif  // ZEROD_PROTO_AUTH_METADATA_H_

@@ -1,0 +1,26 @@
+#include "server/auth/call_auth.h"
+
+#include "proto/auth_metadata.h"
+
+namespace zerod::server::auth {
+namespace {
+
+std::string Metadata(const grpc::CallbackServerContext& context, const char* key) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(key);
+  return it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+Credentials CredentialsOf(const grpc::CallbackServerContext& context) {
+  return {Metadata(context, rpc::kJobTokenMetadata), Metadata(context, rpc::kAdminTokenMetadata)};
+}
+
+absl::Status Authorize(const JobTokens* tokens, const grpc::CallbackServerContext& context,
+                       const std::string& job_id, absl::string_view action) {
+  if (tokens == nullptr) return absl::OkStatus();
+  return tokens->Check(job_id, CredentialsOf(context), action);
+}
+
+}  // namespace zerod::server::auth

@@ -1,0 +1,25 @@
+#ifndef ZEROD_SERVER_AUTH_CALL_AUTH_H_
+#define ZEROD_SERVER_AUTH_CALL_AUTH_H_
+
+// The gRPC side of authorization: the credentials a call carries (proto/auth_metadata.h), and the
+// check every job-scoped handler makes before it touches the job.
+
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "server/auth/job_tokens.h"
+
+namespace zerod::server::auth {
+
+Credentials CredentialsOf(const grpc::CallbackServerContext& context);
+
+// OK when `tokens` is null (authentication off) or the call may do `action` on `job_id`.
+absl::Status Authorize(const JobTokens* tokens, const grpc::CallbackServerContext& context,
+                       const std::string& job_id, absl::string_view action);
+
+}  // namespace zerod::server::auth
+
+#endif  // ZEROD_SERVER_AUTH_CALL_AUTH_H_
