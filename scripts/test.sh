@@ -16,6 +16,8 @@ if [[ "${ZEROD_SANITIZE:-}" == *thread* ]]; then
   tsan_logs="$build_dir/tsan-logs"
   [[ "$tsan_logs" == /* ]] || tsan_logs="$PWD/$tsan_logs"
   rm -rf "$tsan_logs" && mkdir -p "$tsan_logs"
+  # Sticky and open to all: tests run some processes as another user (runuser -u nobody).
+  chmod 1777 "$tsan_logs"
   export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/tests/tsan/suppressions.txt:second_deadlock_stack=1:exitcode=0:log_path=$tsan_logs/tsan}
 fi
 status=0

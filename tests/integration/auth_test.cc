@@ -114,11 +114,17 @@ client::JoinOptions OneRankJob(const std::string& job) {
 }
 
 // Runs tests/integration/auth_probe as the user nobody, with nothing of this process's
-// environment (no token, no config dir), and returns its {"code", "message"}.
+// environment (no token, no config dir) but a sanitizer build's options, and returns its
+// {"code", "message"}.
 nlohmann::json ProbeAsNobody(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {
-      "/usr/sbin/runuser",   "-u", "nobody", "--", "/usr/bin/env", "-i", "PATH=/usr/bin:/bin",
-      Built(AUTH_PROBE_PATH)};
+  std::vector<std::string> argv = {"/usr/sbin/runuser", "-u", "nobody", "--", "/usr/bin/env", "-i",
+                                   "PATH=/usr/bin:/bin"};
+  for (const char* name : {"TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"}) {
+    if (const char* value = std::getenv(name); value != nullptr) {
+      argv.push_back(absl::StrCat(name, "=", value));
+    }
+  }
+  argv.push_back(Built(AUTH_PROBE_PATH));
   argv.insert(argv.end(), args.begin(), args.end());
   const ProcessResult r = RunProcess(argv);
   EXPECT_EQ(r.exit_code, 0) << r.err;
