@@ -42,6 +42,14 @@ void Broadcast(Job& job, v1::JobEvent::Kind kind, int64_t rank, std::string mess
   for (auto& [id, sink] : job.watchers) sink->Send(e);
 }
 
+// Tells the job's watchers it ended, saying why, and closes their streams.
+void AnnounceEnd(Job& job, std::string message, absl::Time now)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
+  Broadcast(job, v1::JobEvent::JOB_ENDED, -1, std::move(message), now);
+  for (auto& [id, sink] : job.watchers) sink->Close(absl::OkStatus());
+  job.watchers.clear();
+}
+
 std::string MissingRanks(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
   std::vector<int64_t> missing;
   // Looks at no more ranks than have joined, plus the eight it names.
@@ -223,10 +231,7 @@ void JobRegistry::ForgetIfUnformed(const std::shared_ptr<Job>& job, Deferred& de
     std::vector<KvOp> ops;
     ops.push_back(KvOp::Put(MetaKey(job->id), EncodeMeta(*job, job->generation, job->state)));
     ops.push_back(KvOp::DeletePrefix(StoreKeyPrefix(job->id)));
-    Broadcast(*job, v1::JobEvent::JOB_ENDED, -1,
-              "every rank that joined is gone before the job re-formed", clock_->Now());
-    for (auto& [id, sink] : job->watchers) sink->Close(absl::OkStatus());
-    job->watchers.clear();
+    AnnounceEnd(*job, "every rank that joined is gone before the job re-formed", clock_->Now());
     deferred.push_back([this, ops = std::move(ops)]() mutable {
       kv_->Commit(std::move(ops), [](absl::StatusOr<CommitResult>) {});
     });
@@ -236,10 +241,8 @@ void JobRegistry::ForgetIfUnformed(const std::shared_ptr<Job>& job, Deferred& de
   job->removed = true;
   if (!job->watchers.empty()) {
     job->state = v1::JOB_ENDED;
-    Broadcast(*job, v1::JobEvent::JOB_ENDED, -1,
-              "every rank that joined is gone before the job formed; it is removed", clock_->Now());
-    for (auto& [id, sink] : job->watchers) sink->Close(absl::OkStatus());
-    job->watchers.clear();
+    AnnounceEnd(*job, "every rank that joined is gone before the job formed; it is removed",
+                clock_->Now());
   }
   {
     // Lock order: a job's lock, then jobs_mu_.
@@ -598,9 +601,7 @@ void JobRegistry::EndJob(const std::string& job_id, std::function<void(absl::Sta
     job->state = v1::JOB_ENDED;
     ops.push_back(KvOp::Put(MetaKey(job_id), EncodeMeta(*job, job->generation, job->state)));
     ops.push_back(KvOp::DeletePrefix(StoreKeyPrefix(job_id)));
-    Broadcast(*job, v1::JobEvent::JOB_ENDED, -1, "ended by request", clock_->Now());
-    for (auto& [id, sink] : job->watchers) sink->Close(absl::OkStatus());
-    job->watchers.clear();
+    AnnounceEnd(*job, "ended by request", clock_->Now());
   }
   RunAll(deferred);
   kv_->Commit(std::move(ops), [done](absl::StatusOr<CommitResult> r) {
