@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/credentials.h"
+#include "client/environment.h"
 #include "proto/auth_metadata.h"
 #include "proto/grpc_status.h"
 #include "proto/plan_convert.h"
@@ -25,11 +26,6 @@ std::string Hostname() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
   return name;
-}
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
 }
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {

@@ -15,14 +15,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/environment.h"
 
 namespace zerod::client {
 namespace {
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
 
 // A job id as a file name: safe bytes as they are, the others as %XX.
 std::string Escape(const std::string& job_id) {

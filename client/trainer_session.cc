@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_store.h"
+#include "client/environment.h"
 #include "runtime/comm/abortable_store.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/prefix_store.h"
@@ -21,11 +22,6 @@
 
 namespace zerod::client {
 namespace {
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
 
 absl::Status EnvInt(const char* name, int64_t& target) {
   const std::string text = Env(name);
