@@ -90,11 +90,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     const JobRegistry* registry = d->registry_.get();
     d->tokens_ = std::make_unique<auth::JobTokens>(
         d->kv_.get(), [registry](const std::string& job_id) { return registry->JobExists(job_id); },
-        [registry](const std::string& job_id) {
-          auto job = registry->Describe(job_id);
-          return job.ok() && job->summary().state() == v1::JOB_ENDED;
-        },
-        *admin);
+        [registry](const std::string& job_id) { return registry->JobEnded(job_id); }, *admin);
     if (absl::Status s = d->tokens_->Recover(); !s.ok()) return s;
     log->info("authentication on: job tokens, admin token {}", admin_file);
   } else {

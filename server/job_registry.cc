@@ -274,6 +274,13 @@ std::vector<std::shared_ptr<Job>> JobRegistry::AllJobs() const {
 
 bool JobRegistry::JobExists(const std::string& job_id) const { return Find(job_id) != nullptr; }
 
+bool JobRegistry::JobEnded(const std::string& job_id) const {
+  std::shared_ptr<Job> job = Find(job_id);
+  if (!job) return false;
+  MutexLock lock(&job->mu);
+  return job->state == v1::JOB_ENDED;
+}
+
 void JobRegistry::Join(JoinArgs args, absl::Time deadline, JoinCallback done) {
   if (absl::Status s = CheckJoinArgs(args, options_.join_limits); !s.ok()) return done(s);
   // Most joins enter a job that is open already. One that would open a job goes round again

@@ -87,6 +87,8 @@ class JobRegistry {
 
   // Inspection.
   bool JobExists(const std::string& job_id) const;
+  // Known and ended (an unknown job is not ended).
+  bool JobEnded(const std::string& job_id) const;
   std::vector<v1::JobSummary> ListJobs() const;
   absl::StatusOr<v1::JobDescription> Describe(const std::string& job_id) const;
   absl::StatusOr<std::shared_ptr<const plan::ShardPlan>> ShardPlanOf(
