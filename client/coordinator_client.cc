@@ -244,6 +244,17 @@ absl::Status CoordinatorClient::EndJob(const std::string& job_id) {
       .status();
 }
 
+absl::StatusOr<v1::CheckpointRecord> CoordinatorClient::RecordCheckpoint(
+    const v1::CheckpointRecord& record) {
+  v1::RecordCheckpointRequest request;
+  request.set_job_id(record.job_id());
+  *request.mutable_record() = record;
+  ZEROD_ASSIGN_OR_RETURN(v1::RecordCheckpointResponse response,
+                         Unary("record checkpoint", options_.call_timeout, *coordinator_,
+                               &v1::Coordinator::Stub::RecordCheckpoint, request));
+  return std::move(*response.mutable_record());
+}
+
 void CoordinatorClient::StartHeartbeats(
     const std::string& job_id, int64_t rank, int64_t generation, absl::Duration interval,
     std::function<HeartbeatReport()> report,
@@ -399,6 +410,18 @@ absl::StatusOr<v1::ShardMapResponse> CoordinatorClient::ShardMap(const std::stri
   request.set_tensor(tensor);
   return Unary("shard map", options_.call_timeout, *inspect_, &v1::Inspect::Stub::ShardMap,
                request);
+}
+
+absl::StatusOr<std::vector<v1::CheckpointRecord>> CoordinatorClient::ListCheckpoints(
+    const std::string& job_id) {
+  v1::ListCheckpointsRequest request;
+  request.set_job_id(job_id);
+  ZEROD_ASSIGN_OR_RETURN(v1::ListCheckpointsResponse response,
+                         Unary("list checkpoints", options_.call_timeout, *inspect_,
+                               &v1::Inspect::Stub::ListCheckpoints, request));
+  return std::vector<v1::CheckpointRecord>(
+      std::make_move_iterator(response.mutable_checkpoints()->begin()),
+      std::make_move_iterator(response.mutable_checkpoints()->end()));
 }
 
 }  // namespace zerod::client

@@ -101,6 +101,10 @@ class CoordinatorClient {
                                                   const HeartbeatReport& report);
   absl::StatusOr<int64_t> Leave(const std::string& job_id, int64_t rank);
   absl::Status EndJob(const std::string& job_id);
+  // Records a state of one of the job's checkpoints (record.job_id() names the job); returns the
+  // record as the daemon stored it, times filled in. Retrying is safe: the same state again
+  // changes nothing.
+  absl::StatusOr<v1::CheckpointRecord> RecordCheckpoint(const v1::CheckpointRecord& record);
 
   // Heartbeats every `interval` on a thread of its own; `report` fills each one, `on_reply` sees
   // each answer (or the error after retries failed).
@@ -136,6 +140,8 @@ class CoordinatorClient {
   absl::StatusOr<v1::JobDescription> DescribeJob(const std::string& job_id);
   absl::StatusOr<v1::ShardMapResponse> ShardMap(const std::string& job_id, int64_t rank,
                                                 const std::string& tensor);
+  // The job's checkpoint records, ordered by step.
+  absl::StatusOr<std::vector<v1::CheckpointRecord>> ListCheckpoints(const std::string& job_id);
 
  private:
   explicit CoordinatorClient(ClientOptions options, std::string endpoint,

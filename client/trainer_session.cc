@@ -128,6 +128,7 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
   s->store_ = std::make_shared<comm::AbortableStore>(std::make_shared<comm::PrefixStore>(
       absl::StrCat("gen", s->membership_.generation),
       std::make_shared<CoordinatorStore>(s->client_, o.job_id)));
+  s->recorder_ = std::make_unique<CheckpointRecorder>(s->client_, o.job_id);
   s->client_->StartHeartbeats(
       o.job_id, s->membership_.rank, s->membership_.generation, o.heartbeat_interval,
       [raw = s.get()] { return raw->CurrentReport(); },
@@ -313,6 +314,29 @@ absl::Status TrainerSession::Explain(const absl::Status& failure, bool wait) {
                      cause == failure ? "collectives aborted" : failure.message(), "]"));
   }
   return failure;
+}
+
+absl::StatusOr<checkpoint::SavedCheckpoint> TrainerSession::SaveCheckpoint(
+    checkpoint::SaveOptions options) {
+  engine::ZeroEngine* e = engine();
+  if (e == nullptr || left_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", options_.job_id, ": save checkpoint: ",
+                     left_ ? "the session has left its job" : "no engine yet (CreateEngine)"));
+  }
+  options.job_id = options_.job_id;
+  return checkpoint::Save(*e, *store_, rank() == 0 ? recorder_.get() : nullptr, options);
+}
+
+absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> TrainerSession::LoadCheckpoint(
+    const std::string& path, absl::Duration timeout) {
+  engine::ZeroEngine* e = engine();
+  if (e == nullptr || left_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", options_.job_id, ": load checkpoint: ",
+                     left_ ? "the session has left its job" : "no engine yet (CreateEngine)"));
+  }
+  return checkpoint::LoadIfAny(*e, *store_, path, rank() == 0 ? recorder_.get() : nullptr, timeout);
 }
 
 absl::Status TrainerSession::Leave() {

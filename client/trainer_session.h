@@ -32,10 +32,13 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "client/checkpoint_recorder.h"
 #include "client/coordinator_client.h"
+#include "runtime/checkpoint/save_protocol.h"
 #include "runtime/comm/abortable_store.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/store.h"
@@ -94,6 +97,18 @@ class TrainerSession {
   absl::StatusOr<engine::ZeroEngine*> CreateEngine(engine::EngineOptions options);
   engine::ZeroEngine* engine() const;
 
+  // Sharded checkpoints of this session's engine (runtime/checkpoint/save_protocol.h): every rank
+  // calls them at the same step, after CreateEngine. The waits go through this generation's store,
+  // and rank 0 records each checkpoint with the coordinator (`zeroctl checkpoints JOB` lists them),
+  // whose records also decide which checkpoints Load counts as complete. SaveCheckpoint fills in
+  // options.job_id.
+  absl::StatusOr<checkpoint::SavedCheckpoint> SaveCheckpoint(checkpoint::SaveOptions options);
+  // Loads `path` (a checkpoint directory, or a root whose newest complete checkpoint is taken),
+  // resharded to this job's world and stage. nullopt on every rank when `path` is a root holding
+  // no complete checkpoint yet: the first run of a trainer that resumes when it can.
+  absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> LoadCheckpoint(
+      const std::string& path, absl::Duration timeout = absl::Minutes(10));
+
   // Closes the communicators (the engine's collectives fail from now on, and so do the other
   // ranks' collectives with this one), sends a last heartbeat with the engine's final state,
   // stops heartbeating and leaves the job.
@@ -116,6 +131,7 @@ class TrainerSession {
   std::shared_ptr<CoordinatorClient> client_;
   Membership membership_;
   std::shared_ptr<comm::AbortableStore> store_;
+  std::unique_ptr<CheckpointRecorder> recorder_;  // used on rank 0
   std::shared_ptr<engine::DeviceOps> device_ops_;
   int device_ = -1;  // the GPU on "cuda:N", else -1
   // Set by Start before the heartbeat thread could abort them (under mu_), then only read.

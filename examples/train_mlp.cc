@@ -8,7 +8,16 @@
 // line: the global final loss, model-state bytes per rank, bytes communicated per step, ...
 // --reference runs one process on the whole global batch (what the ranks split), with no daemon:
 // the numbers a sharded run must reproduce.
+//
+// Checkpoints: --checkpoint-dir D --checkpoint-every N saves a sharded checkpoint every N steps
+// (keeping --keep-last); under `zerorun --max-restarts` it also snapshots every step into
+// $ZEROD_SNAPSHOT_DIR (shared memory). --resume, or any restart (ZEROD_RESTART > 0), first loads
+// the newest complete one of the two, resharded to this world, and goes on from its step: step S
+// trains on global batch S whatever the world, so no sample is skipped or seen twice.
+// --kill-rank-at R:K is failure injection: on the first attempt rank R kills itself (SIGKILL)
+// right after step K; --kill-rank-in-save R:K in the middle of writing its file of step K's save.
 
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -17,12 +26,16 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <tuple>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "client/environment.h"
 #include "client/trainer_session.h"
 #include "examples/mlp_model.h"
 #include "nlohmann/json.hpp"
+#include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/checkpoint/save_protocol.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/in_memory_store.h"
 #include "runtime/common/units.h"
@@ -63,6 +76,83 @@ absl::StatusOr<engine::ZeroEngine*> ReferenceEngine(const std::vector<plan::Tens
   return engine.get();
 }
 
+// Where and how often a run saves: the durable checkpoints, or the in-memory snapshots (not
+// recorded by the coordinator: they do not outlive the node).
+struct SaveSchedule {
+  std::string root;
+  int64_t every = 0;
+  int64_t keep_last = 0;
+  bool record = true;
+};
+
+absl::Status SaveIfDue(client::TrainerSession& session, int64_t step, const SaveSchedule& when) {
+  if (when.root.empty() || when.every <= 0 || step % when.every != 0) return absl::OkStatus();
+  checkpoint::SaveOptions options;
+  options.root = when.root;
+  options.keep_last = when.keep_last;
+  options.record = when.record;
+  options.user = nlohmann::json{{"next_batch", step + 1}}.dump();
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<checkpoint::SavedCheckpoint> saved = session.SaveCheckpoint(options);
+  if (!saved.ok()) return saved.status();
+  if (session.rank() == 0) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::printf("saved step %ld to %s: %ld bytes in %.1f ms\n", static_cast<long>(step),
+                saved->directory.c_str(), static_cast<long>(saved->bytes), ms);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+// Loads the newest complete checkpoint of `roots` (the snapshots in memory first, so that a tie
+// is read from memory) and returns its step, or 0 when there is none.
+absl::StatusOr<int64_t> ResumeFromNewest(client::TrainerSession& session,
+                                         const std::vector<std::string>& roots) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string newest;
+  int64_t newest_step = -1;
+  for (const std::string& root : roots) {
+    if (root.empty()) continue;
+    // Every rank finds the same: the files are shared, and Load checks that the ranks agree.
+    absl::StatusOr<std::string> dir = checkpoint::LatestComplete(root, nullptr);
+    if (absl::IsNotFound(dir.status())) continue;
+    if (!dir.ok()) return dir.status();
+    absl::StatusOr<checkpoint::Manifest> manifest = checkpoint::ReadManifest(*dir);
+    if (!manifest.ok()) return manifest.status();
+    if (manifest->step > newest_step) {
+      newest_step = manifest->step;
+      newest = *dir;
+    }
+  }
+  if (newest.empty()) {
+    std::printf("rank %ld: no checkpoint to resume from; starting at step 1\n",
+                static_cast<long>(session.rank()));
+    return 0;
+  }
+  absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> found =
+      session.LoadCheckpoint(newest);
+  if (!found.ok()) return found.status();
+  if (!found->has_value()) return absl::NotFoundError(absl::StrCat(newest, " vanished"));
+  const checkpoint::LoadedCheckpoint* loaded = &**found;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf("rank %ld: resumed from step %ld (%s, saved by %ld ranks at stage %d) in %.1f ms\n",
+              static_cast<long>(session.rank()), static_cast<long>(loaded->step),
+              loaded->directory.c_str(), static_cast<long>(loaded->manifest.world_size),
+              loaded->manifest.stage, ms);
+  std::fflush(stdout);
+  return loaded->step;
+}
+
+// Failure injection: the process dies with its rank file half written (still a .tmp).
+void KillInSave(const std::string& path, int64_t bytes_written) {
+  std::printf("failure injection: SIGKILL with %ld bytes of %s written\n",
+              static_cast<long>(bytes_written), path.c_str());
+  std::fflush(stdout);
+  raise(SIGKILL);
+}
+
 long PeakRssKib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -74,6 +164,9 @@ long PeakRssKib() {
 int main(int argc, char** argv) {
   std::string stage_text = "3", dtype_text = "fp32", job, endpoint, device = "cpu";
   int64_t steps = 10, world = 0, batch = 48, accumulation = 1, leave_after = 0;
+  std::string checkpoint_dir, kill_rank_at, kill_rank_in_save;
+  int64_t checkpoint_every = 0, keep_last = 2, snapshot_every = 1;
+  bool resume = false;
   uint64_t seed = 1;
   double lr = 1e-2, clip = 0.0;
   bool reference = false, shared_gathers = false;
@@ -103,6 +196,20 @@ int main(int argc, char** argv) {
   app.add_option("--leave-after", leave_after,
                  "Leave the job after this step while the others train on, as a script that "
                  "ends early does (0: no)");
+  app.add_option("--checkpoint-dir", checkpoint_dir, "Root of the sharded checkpoints");
+  app.add_option("--checkpoint-every", checkpoint_every,
+                 "Save a checkpoint every N steps (0: never)");
+  app.add_option("--keep-last", keep_last, "Checkpoints kept (0: all)")->capture_default_str();
+  app.add_option("--snapshot-every", snapshot_every,
+                 "In-memory snapshot every N steps when $ZEROD_SNAPSHOT_DIR is set (0: never)")
+      ->capture_default_str();
+  app.add_flag("--resume", resume,
+               "Load the newest complete checkpoint first (always after a restart)");
+  app.add_option("--kill-rank-at", kill_rank_at,
+                 "Failure injection R:K: on the first attempt rank R kills itself after step K");
+  app.add_option("--kill-rank-in-save", kill_rank_in_save,
+                 "Failure injection R:K: on the first attempt rank R kills itself in the middle "
+                 "of writing its file of step K's checkpoint");
   app.add_flag("--shared-gathers", shared_gathers,
                "Stage 3: gathers share the main communicator instead of their own");
   app.add_flag("--reference", reference, "Unsharded single-process run, no daemon");
@@ -136,6 +243,22 @@ int main(int argc, char** argv) {
     std::cerr << "train_mlp: --steps, --batch, --accumulation, --layers and --hidden must be "
                  "at least 1"
               << std::endl;
+    return 2;
+  }
+  int64_t kill_rank = -1, kill_step = 0, kill_save_rank = -1, kill_save_step = 0;
+  for (auto [flag, text, r, k] :
+       {std::tuple{"--kill-rank-at", &kill_rank_at, &kill_rank, &kill_step},
+        std::tuple{"--kill-rank-in-save", &kill_rank_in_save, &kill_save_rank, &kill_save_step}}) {
+    if (!text->empty() && std::sscanf(text->c_str(), "%ld:%ld", r, k) != 2) {
+      std::cerr << "train_mlp: " << flag << ": expected R:K, got '" << *text << "'" << std::endl;
+      return 2;
+    }
+  }
+  const int64_t attempt = std::atoll(client::Env("ZEROD_RESTART").c_str());
+  if (attempt > 0) resume = true;
+  const std::string snapshot_dir = client::Env("ZEROD_SNAPSHOT_DIR");
+  if (reference && (resume || !checkpoint_dir.empty())) {
+    std::cerr << "train_mlp: --reference runs without checkpoints" << std::endl;
     return 2;
   }
   plan::PlanOptions plan_options;
@@ -200,9 +323,16 @@ int main(int argc, char** argv) {
     staging = *std::move(b);
   }
 
+  int64_t first_step = 1;
+  if (session && resume) {
+    absl::StatusOr<int64_t> loaded = ResumeFromNewest(*session, {snapshot_dir, checkpoint_dir});
+    if (!loaded.ok()) return Fail(rank, loaded.status());
+    first_step = *loaded + 1;
+  }
+
   const examples::Dataset data(shape, seed);
   double last_loss = 0, total_ms = 0;
-  for (int64_t step = 1; step <= steps; ++step) {
+  for (int64_t step = first_step; step <= steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     double loss = 0;
     for (int64_t micro = 0; micro < accumulation; ++micro) {
@@ -216,11 +346,27 @@ int main(int argc, char** argv) {
     if (!result.ok()) return Fail(rank, result.status());
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (step > 1) total_ms += ms;
+    if (step > first_step) total_ms += ms;
     last_loss = loss;
     std::printf("step %ld loss %.6f time %.2f ms%s\n", static_cast<long>(step), loss, ms,
                 result->applied ? "" : " (skipped: gradient overflow)");
     std::fflush(stdout);
+    if (session) {
+      if (attempt == 0 && rank == kill_save_rank && step == kill_save_step) {
+        checkpoint::SetSaveFailureInjectionForTesting(&KillInSave);
+      }
+      status = SaveIfDue(*session, step, {snapshot_dir, snapshot_every, 2, false});
+      if (status.ok()) {
+        status = SaveIfDue(*session, step, {checkpoint_dir, checkpoint_every, keep_last, true});
+      }
+      if (!status.ok()) return Fail(rank, status);
+      if (attempt == 0 && rank == kill_rank && step == kill_step) {
+        std::printf("rank %ld: failure injection: SIGKILL after step %ld\n",
+                    static_cast<long>(rank), static_cast<long>(step));
+        std::fflush(stdout);
+        raise(SIGKILL);
+      }
+    }
     if (session && step == leave_after) {
       status = session->Leave();
       if (!status.ok()) return Fail(rank, status);
@@ -239,7 +385,8 @@ int main(int argc, char** argv) {
     if (!mean.ok()) return Fail(rank, mean.status());
     global_loss = static_cast<float>(*mean);
   }
-  const double step_time_ms = steps > 1 ? total_ms / static_cast<double>(steps - 1) : 0.0;
+  const int64_t steps_run = steps - first_step + 1;
+  const double step_time_ms = steps_run > 1 ? total_ms / static_cast<double>(steps_run - 1) : 0.0;
   std::printf("rank %ld: peak_rss_kib %ld, step_time_ms %.3f\n", static_cast<long>(rank),
               PeakRssKib(), step_time_ms);
   if (rank == 0) {
@@ -258,7 +405,8 @@ int main(int argc, char** argv) {
         {"model_state_bytes_per_rank", memory.ModelState()},
         {"allocated_bytes_per_rank", e->AllocatedBytes()},
         {"paper_model_state_bytes_per_rank", std::llround(plan.PaperModelStateBytes())},
-        {"comm_bytes_per_step", sent_total / steps},
+        {"comm_bytes_per_step", sent_total / std::max<int64_t>(steps_run, 1)},
+        {"first_step", first_step},
         {"comm_bytes_by_collective", sent},
         {"step_time_ms", RoundTo(step_time_ms, 3)},
         {"peak_rss_kib", PeakRssKib()},

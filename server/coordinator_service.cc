@@ -241,4 +241,22 @@ grpc::ServerUnaryReactor* CoordinatorService::EndJob(grpc::CallbackServerContext
   return reactor;
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::RecordCheckpoint(
+    grpc::CallbackServerContext* context, const v1::RecordCheckpointRequest* request,
+    v1::RecordCheckpointResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s =
+          auth::Authorize(tokens_, *context, request->job_id(), "record its checkpoints");
+      !s.ok()) {
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
+  checkpoints_->Record(request->job_id(), request->record(),
+                       [reactor, response](absl::StatusOr<v1::CheckpointRecord> record) {
+                         if (record.ok()) *response->mutable_record() = *std::move(record);
+                         reactor->Finish(ToGrpc(record.status()));
+                       });
+  return reactor;
+}
+
 }  // namespace zerod::server

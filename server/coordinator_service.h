@@ -3,10 +3,11 @@
 
 // The Coordinator gRPC service (callback API): translates calls into JobRegistry operations.
 // Joins wait inside the registry, holding no thread. With JobTokens, every call that acts on a job
-// (Join, Heartbeat, Leave, EndJob) needs the job's token or the admin's; GetPlan and Watch are
-// read-only views, open to whoever may connect.
+// (Join, Heartbeat, Leave, EndJob, RecordCheckpoint) needs the job's token or the admin's; GetPlan
+// and Watch are read-only views, open to whoever may connect.
 
 #include "server/auth/job_tokens.h"
+#include "server/checkpoint_records.h"
 #include "server/job_registry.h"
 #include "zerod/v1/coordinator.grpc.pb.h"
 
@@ -15,8 +16,8 @@ namespace zerod::server {
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
   // `tokens`: null turns authentication off.
-  CoordinatorService(JobRegistry* registry, auth::JobTokens* tokens)
-      : registry_(registry), tokens_(tokens) {}
+  CoordinatorService(JobRegistry* registry, auth::JobTokens* tokens, CheckpointRecords* checkpoints)
+      : registry_(registry), tokens_(tokens), checkpoints_(checkpoints) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
@@ -35,10 +36,14 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* EndJob(grpc::CallbackServerContext* context,
                                    const v1::EndJobRequest* request,
                                    v1::EndJobResponse* response) override;
+  grpc::ServerUnaryReactor* RecordCheckpoint(grpc::CallbackServerContext* context,
+                                             const v1::RecordCheckpointRequest* request,
+                                             v1::RecordCheckpointResponse* response) override;
 
  private:
   JobRegistry* const registry_;
   auth::JobTokens* const tokens_;
+  CheckpointRecords* const checkpoints_;
 };
 
 // The deadline a server-side wait may use: the call's own deadline less a margin so that the

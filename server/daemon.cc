@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "server/auth/job_tokens.h"
 #include "server/auth/token_digest.h"
+#include "server/checkpoint_records.h"
 #include "server/clock.h"
 #include "server/coordinator_service.h"
 #include "server/inspect_service.h"
@@ -96,13 +97,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   } else {
     log->warn("authentication off (--no-auth): any client may act on any job");
   }
+  d->checkpoints_ = std::make_unique<CheckpointRecords>(
+      d->kv_.get(), d->clock_.get(),
+      [registry = d->registry_.get()](const std::string& job_id) {
+        return registry->JobExists(job_id) ? absl::OkStatus() : registry->Missing(job_id);
+      },
+      CheckpointLimits{options.join_limits.max_world_size, options.join_limits.max_job_id_bytes});
   const size_t recovered = d->registry_->ListJobs().size();
   log->info("state {} (revision {}): {} job(s) recovered", db, d->kv_->revision(), recovered);
 
-  d->coordinator_ = std::make_unique<CoordinatorService>(d->registry_.get(), d->tokens_.get());
+  d->coordinator_ = std::make_unique<CoordinatorService>(d->registry_.get(), d->tokens_.get(),
+                                                         d->checkpoints_.get());
   d->store_ = std::make_unique<StoreService>(d->kv_.get(), d->clock_.get(), d->registry_.get(),
                                              StoreLimitsOf(options), d->tokens_.get());
-  d->inspect_ = std::make_unique<InspectService>(d->registry_.get());
+  d->inspect_ = std::make_unique<InspectService>(d->registry_.get(), d->checkpoints_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -27,6 +27,7 @@ class Server;
 namespace zerod::server {
 
 class JobRegistry;
+class CheckpointRecords;
 class CoordinatorService;
 class StoreService;
 class InspectService;
@@ -81,6 +82,8 @@ class Daemon {
   std::optional<InstanceLock> data_lock_;
   std::optional<InstanceLock> socket_lock_;
   std::unique_ptr<RealClock> clock_;
+  // Before kv_, so destroyed after it: the commits kv_ drains call back into it.
+  std::unique_ptr<CheckpointRecords> checkpoints_;
   std::unique_ptr<SqliteKvStore> kv_;
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<auth::JobTokens> tokens_;

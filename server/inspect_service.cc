@@ -93,4 +93,16 @@ grpc::ServerUnaryReactor* InspectService::ShardMap(grpc::CallbackServerContext* 
   return reactor;
 }
 
+grpc::ServerUnaryReactor* InspectService::ListCheckpoints(grpc::CallbackServerContext* context,
+                                                          const v1::ListCheckpointsRequest* request,
+                                                          v1::ListCheckpointsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto records = checkpoints_->List(request->job_id());
+  if (records.ok()) {
+    for (v1::CheckpointRecord& r : *records) *response->add_checkpoints() = std::move(r);
+  }
+  reactor->Finish(ToGrpc(records.status()));
+  return reactor;
+}
+
 }  // namespace zerod::server

@@ -1,10 +1,11 @@
 #ifndef ZEROD_SERVER_INSPECT_SERVICE_H_
 #define ZEROD_SERVER_INSPECT_SERVICE_H_
 
-// The Inspect gRPC service: read-only views of jobs, members and shard maps for operators. It asks
-// for no job token: who may look is who may connect (the Unix socket's mode and group, TLS on TCP;
-// docs/ARCHITECTURE.md "Authentication and authorization").
+// The Inspect gRPC service: read-only views of jobs, members, shard maps and checkpoint records
+// for operators. It asks for no job token: who may look is who may connect (the Unix socket's mode
+// and group, TLS on TCP; docs/ARCHITECTURE.md "Authentication and authorization").
 
+#include "server/checkpoint_records.h"
 #include "server/job_registry.h"
 #include "zerod/v1/inspect.grpc.pb.h"
 
@@ -12,7 +13,8 @@ namespace zerod::server {
 
 class InspectService final : public v1::Inspect::CallbackService {
  public:
-  explicit InspectService(const JobRegistry* registry) : registry_(registry) {}
+  InspectService(const JobRegistry* registry, const CheckpointRecords* checkpoints)
+      : registry_(registry), checkpoints_(checkpoints) {}
 
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
                                      const v1::ListJobsRequest* request,
@@ -23,9 +25,13 @@ class InspectService final : public v1::Inspect::CallbackService {
   grpc::ServerUnaryReactor* ShardMap(grpc::CallbackServerContext* context,
                                      const v1::ShardMapRequest* request,
                                      v1::ShardMapResponse* response) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* context,
+                                            const v1::ListCheckpointsRequest* request,
+                                            v1::ListCheckpointsResponse* response) override;
 
  private:
   const JobRegistry* const registry_;
+  const CheckpointRecords* const checkpoints_;
 };
 
 }  // namespace zerod::server

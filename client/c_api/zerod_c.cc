@@ -16,6 +16,8 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -262,6 +264,15 @@ int ReturnJson(const json& value, char** out) {
   return Report(absl::OkStatus());
 }
 
+// A copy of `bytes` in memory the caller frees with zerod_free (NUL-terminated, for text).
+absl::StatusOr<char*> Copy(const std::string& bytes) {
+  char* out = static_cast<char*>(std::malloc(bytes.size() + 1));
+  if (out == nullptr) return absl::ResourceExhaustedError("out of memory");
+  std::memcpy(out, bytes.data(), bytes.size());
+  out[bytes.size()] = '\0';
+  return out;
+}
+
 json MemoryJson(const zerod::plan::MemoryBreakdown& memory) {
   json out = json::object();
   for (int c = 0; c < zerod::plan::kMemoryCategoryCount; ++c) {
@@ -430,6 +441,86 @@ int zerod_engine_stats(zerod_session* s, char** out) {
 
 int zerod_engine_synchronize(zerod_session* s) {
   if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  return Report(Synced(s, absl::OkStatus()));
+}
+
+int zerod_engine_save(zerod_session* s, const char* root, int64_t keep_last, int record,
+                      const char* user, const char* extra, int64_t extra_len, int64_t* step_out,
+                      char** directory_out) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  if (root == nullptr || *root == '\0') return Fail(Invalid("save: no root directory"));
+  if (step_out == nullptr) return Fail(Invalid("no output pointer"));
+  if (extra_len < 0 || (extra == nullptr && extra_len > 0)) {
+    return Fail(Invalid(absl::StrCat("save: extra is ", extra == nullptr ? "NULL" : "given",
+                                     " with extra_len ", extra_len)));
+  }
+  zerod::checkpoint::SaveOptions options;
+  options.root = root;
+  options.keep_last = keep_last;
+  options.record = record != 0;
+  if (user != nullptr) options.user = user;
+  if (extra_len > 0) options.extra.assign(extra, static_cast<size_t>(extra_len));
+  auto saved = s->session->SaveCheckpoint(std::move(options));
+  if (!saved.ok()) return Fail(saved.status());
+  if (directory_out != nullptr) {
+    auto dir = Copy(saved->directory);
+    if (!dir.ok()) return Fail(dir.status());
+    *directory_out = *dir;
+  }
+  *step_out = saved->step;
+  return Report(absl::OkStatus());
+}
+
+int zerod_checkpoint_latest(const char* root, int64_t* step_out, char** directory_out) {
+  if (root == nullptr || *root == '\0') return Fail(Invalid("latest: no root directory"));
+  if (step_out == nullptr || directory_out == nullptr) return Fail(Invalid("no output pointer"));
+  *step_out = -1;
+  *directory_out = nullptr;
+  absl::StatusOr<std::string> dir = zerod::checkpoint::LatestComplete(root, nullptr);
+  if (absl::IsNotFound(dir.status())) return Report(absl::OkStatus());
+  if (!dir.ok()) return Fail(dir.status());
+  absl::StatusOr<zerod::checkpoint::Manifest> manifest = zerod::checkpoint::ReadManifest(*dir);
+  if (!manifest.ok()) return Fail(manifest.status());
+  auto copy = Copy(*dir);
+  if (!copy.ok()) return Fail(copy.status());
+  *directory_out = *copy;
+  *step_out = manifest->step;
+  return Report(absl::OkStatus());
+}
+
+int zerod_engine_load(zerod_session* s, const char* path, int64_t* step_out, char** user_out,
+                      char** extra_out, int64_t* extra_len_out, char** directory_out) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  if (path == nullptr || *path == '\0') return Fail(Invalid("load: no checkpoint path"));
+  if (step_out == nullptr) return Fail(Invalid("no output pointer"));
+  for (char** out : {user_out, extra_out, directory_out}) {
+    if (out != nullptr) *out = nullptr;
+  }
+  if (extra_len_out != nullptr) *extra_len_out = 0;
+  *step_out = -1;
+  auto loaded = s->session->LoadCheckpoint(path);
+  if (!loaded.ok()) return Fail(loaded.status());
+  if (!loaded->has_value()) return Report(absl::OkStatus());
+  const zerod::checkpoint::LoadedCheckpoint& l = **loaded;
+  // All or nothing: the caller frees what it gets only on success.
+  std::vector<std::pair<char**, const std::string*>> outs = {
+      {user_out, &l.manifest.user}, {extra_out, &l.extra}, {directory_out, &l.directory}};
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].first == nullptr) continue;
+    auto copy = Copy(*outs[i].second);
+    if (!copy.ok()) {
+      for (size_t j = 0; j < i; ++j) {
+        if (outs[j].first != nullptr) {
+          std::free(*outs[j].first);
+          *outs[j].first = nullptr;
+        }
+      }
+      return Fail(copy.status());
+    }
+    *outs[i].first = *copy;
+  }
+  if (extra_len_out != nullptr) *extra_len_out = static_cast<int64_t>(l.extra.size());
+  *step_out = l.step;
   return Report(Synced(s, absl::OkStatus()));
 }
 

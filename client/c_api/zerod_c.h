@@ -76,6 +76,31 @@ int zerod_engine_stats(zerod_session* session, char** out);
 /* Waits for the engine's device work (a no-op in host memory). */
 int zerod_engine_synchronize(zerod_session* session);
 
+/* Saves a sharded checkpoint of the engine's state as `root`/step-<S> (a collective: every rank
+ * calls it at the same step; runtime/checkpoint/save_protocol.h). It returns on every rank once
+ * the checkpoint is complete, or with the same error everywhere. keep_last > 0 then removes all
+ * but the newest keep_last complete checkpoints under `root` (0 keeps every one). `user`: text
+ * kept in the manifest, rank 0's (NULL: none); `extra`: this rank's own `extra_len` bytes (NULL
+ * with 0: none). record = 0 for an in-memory snapshot, which the coordinator does not list
+ * (SaveOptions::record). *step_out: the step saved; *directory_out (NULL to skip it): the
+ * checkpoint's directory, free with zerod_free. */
+int zerod_engine_save(zerod_session* session, const char* root, int64_t keep_last, int record,
+                      const char* user, const char* extra, int64_t extra_len, int64_t* step_out,
+                      char** directory_out);
+/* The newest complete checkpoint under `root`, by its files alone (no collective, no session):
+ * *step_out its step and *directory_out its directory (free with zerod_free), or -1 and NULL
+ * when there is none. */
+int zerod_checkpoint_latest(const char* root, int64_t* step_out, char** directory_out);
+/* Loads `path`, a checkpoint directory or a root whose newest complete checkpoint is taken,
+ * resharded to this job's world and stage (a collective). *step_out: the step loaded, or -1 when
+ * `path` is a root holding no complete checkpoint (nothing is loaded, the outputs below are NULL
+ * and 0). *user_out: the saver's user text; *extra_out: this rank's extra bytes (rank 0's when
+ * the saving world had no such rank), *extra_len_out of them; *directory_out: the checkpoint
+ * loaded. Each output but step_out may be NULL to skip it; what is returned is freed with
+ * zerod_free. */
+int zerod_engine_load(zerod_session* session, const char* path, int64_t* step_out, char** user_out,
+                      char** extra_out, int64_t* extra_len_out, char** directory_out);
+
 #ifdef __cplusplus
 }
 #endif

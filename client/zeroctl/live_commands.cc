@@ -31,6 +31,10 @@ std::string MemberStateName(v1::MemberState s) {
   return s == v1::MEMBER_STATE_UNSPECIFIED ? "unknown" : Lower(v1::MemberState_Name(s).substr(7));
 }
 std::string EventName(v1::JobEvent::Kind k) { return Lower(v1::JobEvent::Kind_Name(k)); }
+std::string CheckpointStateName(v1::CheckpointState s) {
+  return s == v1::CHECKPOINT_STATE_UNSPECIFIED ? "unknown"
+                                               : Lower(v1::CheckpointState_Name(s).substr(11));
+}
 
 std::string Ago(int64_t unix_ms) {
   if (unix_ms == 0) return "never";
@@ -282,6 +286,59 @@ int Watch(CoordinatorClient& c, const LiveFlags& f, std::ostream& out, std::ostr
   return 0;
 }
 
+// A path as one table cell: a control character in it would break the one line per checkpoint.
+std::string OneLinePath(std::string path) {
+  for (char& c : path) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return path;
+}
+
+int Checkpoints(CoordinatorClient& c, const LiveFlags& f, std::ostream& out, std::ostream& err) {
+  auto records = c.ListCheckpoints(f.job);
+  if (!records.ok()) {
+    // Naming a job that is not there (or no job at all) is the user's mistake, not the server's.
+    const absl::StatusCode code = records.status().code();
+    if (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument) {
+      return UsageError(err, std::string(records.status().message()));
+    }
+    return ServerError(err, records.status());
+  }
+  if (f.json) {
+    json list = json::array();
+    for (const v1::CheckpointRecord& r : *records) {
+      list.push_back({{"step", r.step()},
+                      {"state", CheckpointStateName(r.state())},
+                      {"world_size", r.world_size()},
+                      {"stage", r.stage()},
+                      {"bytes", r.bytes()},
+                      {"created_unix_ms", r.created_unix_ms()},
+                      {"completed_unix_ms", r.completed_unix_ms()},
+                      {"directory", r.directory()}});
+    }
+    out << json{{"job_id", f.job}, {"checkpoints", list}}.dump() << "\n";
+    return 0;
+  }
+  if (records->empty()) {
+    out << "no checkpoints for job " << f.job << "\n";
+    return 0;
+  }
+  out << absl::StrFormat("%12s %-8s %6s %5s %10s %-19s %s\n", "STEP", "STATE", "WORLD", "STAGE",
+                         "SIZE", "COMPLETED", "DIRECTORY");
+  for (const v1::CheckpointRecord& r : *records) {
+    const std::string completed =
+        r.completed_unix_ms() == 0
+            ? "-"
+            : absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(r.completed_unix_ms()),
+                               absl::LocalTimeZone());
+    out << absl::StrFormat("%12d %-8s %6d %5d %10s %-19s %s\n", r.step(),
+                           CheckpointStateName(r.state()), r.world_size(), r.stage(),
+                           r.bytes() ? FormatBytes(static_cast<double>(r.bytes())) : "-", completed,
+                           OneLinePath(r.directory()));
+  }
+  return 0;
+}
+
 int End(CoordinatorClient& c, const LiveFlags& f, std::ostream& out, std::ostream& err) {
   if (absl::Status s = c.EndJob(f.job); !s.ok()) return ServerError(err, s);
   out << "job " << f.job << " ended\n";
@@ -341,6 +398,8 @@ std::vector<CLI::App*> AddLiveCommands(CLI::App& app, LiveFlags& f) {
       app.add_subcommand("memory", "Memory per rank: the plan against what ranks report"), true));
   commands.push_back(
       common(app.add_subcommand("watch", "Membership and step events as they happen"), true));
+  commands.push_back(common(
+      app.add_subcommand("checkpoints", "A job's checkpoints as zerod recorded them"), true));
   CLI::App* end =
       common(app.add_subcommand("end",
                                 "End a job (its owner or an admin): its ranks' calls fail, its "
@@ -378,6 +437,7 @@ int RunLive(const std::string& command, const LiveFlags& f, std::ostream& out, s
   if (command == "shards") return Shards(**c, f, out, err);
   if (command == "memory") return Memory(**c, f, out, err);
   if (command == "watch") return Watch(**c, f, out, err);
+  if (command == "checkpoints") return Checkpoints(**c, f, out, err);
   if (command == "end") return End(**c, f, out, err);
   return UsageError(err, "unknown command " + command);
 }

@@ -1,9 +1,9 @@
 #ifndef ZEROD_CLIENT_ZEROCTL_LIVE_COMMANDS_H_
 #define ZEROD_CLIENT_ZEROCTL_LIVE_COMMANDS_H_
 
-// zeroctl's commands against a live daemon: jobs, members, shards, memory, watch (read-only), and
-// end (the job's owner or an admin: the job's token, found as client/credentials.h says, or the
-// admin token).
+// zeroctl's commands against a live daemon: jobs, members, shards, memory, watch, checkpoints
+// (read-only), and end (the job's owner or an admin: the job's token, found as
+// client/credentials.h says, or the admin token).
 // Exit codes: 0 success, 1 server error, 2 usage error (one line on stderr each time).
 
 #include <ostream>
@@ -31,7 +31,8 @@ struct LiveFlags {
 // live subcommand, after its name. Both fill the same fields; `zeroctl plan` reads only --json.
 void AddGlobalFlags(CLI::App& app, LiveFlags& flags);
 
-// Adds the subcommands; returns them in the order jobs, members, shards, memory, watch, end.
+// Adds the subcommands; returns them in the order jobs, members, shards, memory, watch,
+// checkpoints, end.
 std::vector<CLI::App*> AddLiveCommands(CLI::App& app, LiveFlags& flags);
 
 // Runs whichever of the subcommands was parsed.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "client/zeroctl/checkpoint_commands.h"
 #include "client/zeroctl/live_commands.h"
 #include "client/zeroctl/plan_command.h"
 
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
   zerod::zeroctl::PlanFlags plan_flags;
   CLI::App* plan = zerod::zeroctl::AddPlanCommand(app, plan_flags);
   const std::vector<CLI::App*> live = zerod::zeroctl::AddLiveCommands(app, live_flags);
+  zerod::zeroctl::CheckpointFlags checkpoint_flags;
+  CLI::App* checkpoint = zerod::zeroctl::AddCheckpointCommand(app, checkpoint_flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::vector<CLI::App*> commands = {plan};
     commands.insert(commands.end(), live.begin(), live.end());
+    commands.push_back(checkpoint);
     const std::string unknown = UnknownCommand(app, commands);
     std::cerr << "zeroctl: " << (unknown.empty() ? OneLine(e.what()) : unknown) << "\n";
     return 2;
@@ -62,6 +66,9 @@ int main(int argc, char** argv) {
     if (plan->parsed()) {
       plan_flags.json = plan_flags.json || live_flags.json;  // `zeroctl --json plan ...`
       return zerod::zeroctl::RunPlan(plan_flags, std::cout, std::cerr);
+    }
+    if (checkpoint->parsed()) {
+      return zerod::zeroctl::RunCheckpoint(*checkpoint, checkpoint_flags, std::cout, std::cerr);
     }
     for (CLI::App* command : live) {
       if (command->parsed()) {

@@ -9,11 +9,18 @@ Every rank builds the same model and reads the same global batch of each step, t
 own rows of it; gradients are averaged over the ranks, so N ranks train as one process on the
 whole batch would (--reference is that process). Rank 0 prints `step S loss L time T ms` per step
 (the loss averaged over the ranks: the global batch's) and, at the end, one JSON line.
+
+Checkpoints and elastic runs: --checkpoint-dir D --checkpoint-every N saves with zt.save every N
+steps; under `zerorun --max-restarts K` it also takes an in-memory snapshot every step
+(zt.snapshot, --snapshot-every), and a restarted world resumes from the newest of the two
+(zt.resume): step S trains on global batch S whatever the world, so no sample is skipped or seen
+twice. --kill-rank-at R:K is failure injection (rank R kills itself after step K, first attempt).
 """
 
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -42,6 +49,16 @@ def parse_args():
                    help="stage-3 gather units: each transformer block, or every module")
     p.add_argument("--device", default="cpu", help="cpu, or cuda (each rank its GPU)")
     p.add_argument("--sample", type=int, default=0, help="characters to generate after training")
+    p.add_argument("--checkpoint-dir", help="root of the durable checkpoints (zt.save)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between saves (0: none)")
+    p.add_argument("--keep-last", type=int, default=2, help="checkpoints kept (0: all)")
+    p.add_argument("--snapshot-every", type=int, default=1,
+                   help="steps between in-memory snapshots under zerorun --max-restarts (0: none)")
+    p.add_argument("--resume", action="store_true",
+                   help="start from the newest checkpoint (always after a restart)")
+    p.add_argument("--kill-rank-at", default="",
+                   help="failure injection R:K: on the first attempt rank R kills itself after "
+                        "step K")
     p.add_argument("--reference", action="store_true",
                    help="train unsharded in this one process (torch.optim.AdamW), without zerod")
     args = p.parse_args()
@@ -107,8 +124,19 @@ def main():
         average, backward = zt.average, opt.backward  # opt.backward scales the loss for fp16
 
     local = args.batch // world
+    first = 0
+    attempt = int(os.environ.get("ZEROD_RESTART", "0"))
+    if zt is not None and (args.resume or attempt > 0):
+        start = time.perf_counter()
+        ckpt = zt.resume(args.checkpoint_dir)
+        if ckpt is not None:
+            first = ckpt.step
+            print(f"rank {rank}: resumed from step {ckpt.step} ({ckpt.directory}) in "
+                  f"{(time.perf_counter() - start) * 1000:.1f} ms", flush=True)
+    kill_rank, kill_step = (int(v) for v in args.kill_rank_at.split(":")) \
+        if args.kill_rank_at else (-1, -1)
     times, loss, sent_after_first = [], float("nan"), 0
-    for step in range(args.steps):
+    for step in range(first, args.steps):
         start = time.perf_counter()
         x, y = data.batch(step, args.batch, args.context, args.seed)  # the global batch
         x, y = x[rank * local:(rank + 1) * local], y[rank * local:(rank + 1) * local]
@@ -121,8 +149,17 @@ def main():
         times.append((time.perf_counter() - start) * 1000)
         if rank == 0:
             print(f"step {step} loss {loss:.6f} time {times[-1]:.1f} ms", flush=True)
-        if zt is not None and step == 0:
+        if zt is not None and step == first:
             sent_after_first = sum(zt.memory_stats()["bytes_sent"].values())
+        if zt is not None:
+            done = step + 1  # optimizer steps taken: the checkpoint's step
+            if args.snapshot_every and done % args.snapshot_every == 0:
+                zt.snapshot()
+            if args.checkpoint_dir and args.checkpoint_every and done % args.checkpoint_every == 0:
+                zt.save(args.checkpoint_dir, keep_last=args.keep_last)
+            if attempt == 0 and rank == kill_rank and done == kill_step:
+                print(f"rank {rank}: failure injection: SIGKILL after step {done}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
 
     result = {"final_loss": loss, "stage": None if zt is None else args.stage,
               "world_size": world, "dtype": args.dtype, "params": params,
@@ -137,7 +174,8 @@ def main():
         result.update(stage=stats["stage"],
                       model_state_bytes_per_rank=stats["model_state_bytes"],
                       allocated_bytes_per_rank=stats["allocated_bytes"],
-                      bytes_sent_per_step=sent // max(1, args.steps - 1))
+                      bytes_sent_per_step=sent // max(1, args.steps - first - 1),
+                      first_step=first)
     if args.sample > 0:
         text = generate(model, data, args.sample, args.context, args.device)
         if rank == 0:

@@ -80,6 +80,15 @@ def _declare(lib):
         "zerod_engine_full_parameters": (ctypes.c_int, [s, ctypes.c_void_p, i64]),
         "zerod_engine_stats": (ctypes.c_int, [s, ctypes.POINTER(ctypes.c_void_p)]),
         "zerod_engine_synchronize": (ctypes.c_int, [s]),
+        "zerod_engine_save": (ctypes.c_int, [s, ctypes.c_char_p, i64, ctypes.c_int,
+                                             ctypes.c_char_p, ctypes.c_char_p, i64,
+                                             ctypes.POINTER(i64), ctypes.POINTER(ctypes.c_void_p)]),
+        "zerod_checkpoint_latest": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(i64),
+                                                   ctypes.POINTER(ctypes.c_void_p)]),
+        "zerod_engine_load": (ctypes.c_int, [s, ctypes.c_char_p, ctypes.POINTER(i64),
+                                             ctypes.POINTER(ctypes.c_void_p),
+                                             ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(i64),
+                                             ctypes.POINTER(ctypes.c_void_p)]),
     }
     for name, (restype, argtypes) in table.items():
         fn = getattr(lib, name)
@@ -117,6 +126,21 @@ def _json_out(fn, handle):
         return json.loads(ctypes.string_at(out.value).decode())
     finally:
         library().zerod_free(out)
+
+
+def latest_checkpoint(root):
+    """(step, directory) of the newest complete checkpoint under `root`, by its files, or None."""
+    lib = library()
+    step = ctypes.c_int64()
+    directory = ctypes.c_void_p()
+    _check(lib.zerod_checkpoint_latest(os.fsencode(root), ctypes.byref(step),
+                                       ctypes.byref(directory)))
+    if step.value < 0:
+        return None
+    try:
+        return step.value, ctypes.string_at(directory.value).decode()
+    finally:
+        lib.zerod_free(directory)
 
 
 class Session:
@@ -185,6 +209,41 @@ class Session:
 
     def synchronize(self):
         _check(self._lib.zerod_engine_synchronize(self._handle))
+
+    def save(self, root, keep_last, user, extra, record=True):
+        """A sharded checkpoint under `root` (a collective); returns (step, directory).
+        record=False: an in-memory snapshot the coordinator does not list."""
+        step = ctypes.c_int64()
+        directory = ctypes.c_void_p()
+        _check(self._lib.zerod_engine_save(
+            self._handle, os.fsencode(root), int(keep_last), 1 if record else 0,
+            None if user is None else user.encode(), extra, len(extra), ctypes.byref(step),
+            ctypes.byref(directory)))
+        return step.value, self._take(directory).decode()
+
+    def load(self, path):
+        """(step, user text, extra bytes, directory), or None when `path` is a root holding no
+        complete checkpoint (a collective)."""
+        step = ctypes.c_int64()
+        user, extra, directory = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        extra_len = ctypes.c_int64()
+        _check(self._lib.zerod_engine_load(
+            self._handle, os.fsencode(path), ctypes.byref(step), ctypes.byref(user),
+            ctypes.byref(extra), ctypes.byref(extra_len), ctypes.byref(directory)))
+        if step.value < 0:
+            return None
+        return (step.value, self._take(user).decode(), self._take(extra, extra_len.value),
+                self._take(directory).decode())
+
+    def _take(self, pointer, size=None):
+        """The bytes a zerod_* call returned, freed."""
+        if not pointer.value:
+            return b""
+        try:
+            return ctypes.string_at(pointer.value, size) if size is not None else \
+                ctypes.string_at(pointer.value)
+        finally:
+            self._lib.zerod_free(pointer)
 
     def leave(self):
         if self._handle.value:

@@ -19,10 +19,24 @@ struct LossScaleOptions {
   double min_scale = 1.0;
 };
 
+// What a checkpoint keeps of a scaler, so that a restored run backs off and grows as the
+// uninterrupted one would.
+struct LossScalerState {
+  double scale = 65536.0;
+  int64_t clean_steps = 0;
+  int64_t hysteresis_left = 2;
+};
+
 class LossScaler {
  public:
   explicit LossScaler(LossScaleOptions options);
   double scale() const { return options_.enabled ? scale_ : 1.0; }
+  LossScalerState state() const { return {scale_, clean_steps_, hysteresis_left_}; }
+  void set_state(const LossScalerState& s) {
+    scale_ = s.scale;
+    clean_steps_ = s.clean_steps;
+    hysteresis_left_ = s.hysteresis_left;
+  }
   // Records a step's outcome; returns whether the step may be applied.
   bool Update(bool overflow);
 

@@ -527,15 +527,7 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
   }
   ZEROD_RETURN_IF_ERROR(ops_->Adam(shards, k));
   // 4. Every rank gets the new parameters (stages 1-2).
-  if (stage_ == 1 || stage_ == 2) {
-    std::vector<std::unique_ptr<comm::Work>> gathers;
-    for (const plan::Segment& seg : plan_->segments()) {
-      log_.Record("all_gather", seg.slice_numel, param_dtype());
-      gathers.push_back(
-          comm_->AllGather(params_.memory.at(seg.flat_offset), seg.slice_numel, param_dtype()));
-    }
-    ZEROD_RETURN_IF_ERROR(WaitAll(std::move(gathers)));
-  }
+  ZEROD_RETURN_IF_ERROR(GatherParameters());
   ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
   ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
   micro_steps_ = 0;
@@ -627,6 +619,144 @@ absl::StatusOr<std::vector<float>> ZeroEngine::FullMasterParameters() {
                host.begin() + place.flat_offset + place.numel);
   }
   return out;
+}
+
+}  // namespace zerod::engine
+
+namespace zerod::engine {
+
+absl::Status ZeroEngine::GatherParameters() {
+  if (stage_ != 1 && stage_ != 2) return absl::OkStatus();
+  std::vector<std::unique_ptr<comm::Work>> gathers;
+  for (const plan::Segment& seg : plan_->segments()) {
+    log_.Record("all_gather", seg.slice_numel, param_dtype());
+    gathers.push_back(
+        comm_->AllGather(params_.memory.at(seg.flat_offset), seg.slice_numel, param_dtype()));
+  }
+  return WaitAll(std::move(gathers));
+}
+
+ZeroEngine::PlannedBuffer& ZeroEngine::State(StateTensor which) {
+  switch (which) {
+    case StateTensor::kAdamM:
+      return exp_avg_;
+    case StateTensor::kAdamV:
+      return exp_avg_sq_;
+    case StateTensor::kMaster:
+      break;
+  }
+  return Master();
+}
+
+std::vector<ZeroEngine::HeldPiece> ZeroEngine::HeldPieces() const {
+  std::vector<HeldPiece> pieces;
+  int64_t segment_model_offset = 0;  // segments hold consecutive tensors, unpadded in between
+  for (size_t s = 0; s < plan_->segments().size(); ++s) {
+    const plan::OwnedRange slice = plan_->SliceOf(rank_, static_cast<int64_t>(s));
+    if (slice.real_numel > 0) {
+      pieces.push_back({segment_model_offset + slice.segment_offset, slice.real_numel, slice});
+    }
+    segment_model_offset += plan_->segments()[s].numel;
+  }
+  return pieces;
+}
+
+std::vector<ModelRun> ZeroEngine::HeldRuns() const {
+  std::vector<ModelRun> runs;
+  for (const HeldPiece& p : HeldPieces()) {
+    if (!runs.empty() && runs.back().offset + runs.back().numel == p.model_offset) {
+      runs.back().numel += p.numel;
+    } else {
+      runs.push_back({p.model_offset, p.numel});
+    }
+  }
+  return runs;
+}
+
+std::vector<ModelRun> ZeroEngine::SavedRuns() const {
+  if (stage_ > 0) return HeldRuns();
+  const int64_t total = plan_->total_numel();
+  const int64_t world = plan_->world_size();
+  const int64_t share = (total + world - 1) / world;
+  const int64_t first = std::min(total, rank_ * share);
+  const int64_t last = std::min(total, first + share);
+  if (last == first) return {};
+  return {ModelRun{first, last - first}};
+}
+
+TrainingCounters ZeroEngine::counters() const {
+  return {step_, steps_taken_.load(std::memory_order_relaxed), scaler_.state()};
+}
+
+absl::Status ZeroEngine::ForEachHeld(
+    const ModelRun& run,
+    const std::function<absl::Status(const HeldPiece&, int64_t, int64_t, int64_t)>& fn) const {
+  if (run.offset < 0 || run.numel < 0 || run.numel > plan_->total_numel() - run.offset) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: model elements [", run.offset, ", +",
+                                                   run.numel, ") are outside the model's ",
+                                                   plan_->total_numel()));
+  }
+  int64_t at = run.offset;
+  const int64_t end = run.offset + run.numel;
+  for (const HeldPiece& p : HeldPieces()) {
+    if (at == end) break;
+    if (p.model_offset + p.numel <= at) continue;
+    if (p.model_offset > at) break;
+    const int64_t n = std::min(end, p.model_offset + p.numel) - at;
+    ZEROD_RETURN_IF_ERROR(fn(p, at - p.model_offset, at - run.offset, n));
+    at += n;
+  }
+  if (at != end) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: model element ", at,
+                                                   " is not held by rank ", rank_, " (stage ",
+                                                   stage_, ", ", plan_->world_size(), " ranks)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroEngine::ReadState(StateTensor which, const ModelRun& run, float* out) {
+  PlannedBuffer& buffer = State(which);
+  return ForEachHeld(run, [&](const HeldPiece& p, int64_t in_piece, int64_t in_run, int64_t n) {
+    return ops_->Download(out + in_run, buffer.F32Slice(p.slice) + in_piece, n * 4);
+  });
+}
+
+absl::Status ZeroEngine::WriteState(StateTensor which, const ModelRun& run, const float* values) {
+  PlannedBuffer& buffer = State(which);
+  return ForEachHeld(run, [&](const HeldPiece& p, int64_t in_piece, int64_t in_run, int64_t n) {
+    return ops_->Upload(buffer.F32Slice(p.slice) + in_piece, values + in_run, n * 4);
+  });
+}
+
+absl::Status ZeroEngine::FinishRestore(const TrainingCounters& counters) {
+  if (micro_steps_ != 0 || grads_this_micro_ != 0) {
+    return absl::FailedPreconditionError(
+        "engine: a restore in the middle of a step (after backward, before Step)");
+  }
+  for (size_t g = 0; g < gathers_.size(); ++g) {
+    if (gathers_[g].segment >= 0) ZEROD_RETURN_IF_ERROR(DropGather(static_cast<int64_t>(g)));
+  }
+  if (mixed()) {
+    // The low-precision parameters are the master copy rounded, as Adam writes them.
+    std::vector<float> master;
+    std::vector<char> low;
+    const DType dtype = param_dtype();
+    for (const HeldPiece& p : HeldPieces()) {
+      master.resize(static_cast<size_t>(p.numel));
+      low.resize(static_cast<size_t>(p.numel * DTypeBytes(dtype)));
+      ZEROD_RETURN_IF_ERROR(ops_->Download(master.data(), master_.Slice(p.slice), p.numel * 4));
+      for (int64_t i = 0; i < p.numel; ++i) StoreAs(dtype, low.data(), i, master[i]);
+      ZEROD_RETURN_IF_ERROR(
+          ops_->Upload(params_.Slice(p.slice), low.data(), p.numel * DTypeBytes(dtype)));
+    }
+  }
+  ZEROD_RETURN_IF_ERROR(GatherParameters());
+  ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
+  ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
+  step_ = counters.applied_steps;
+  steps_taken_.store(counters.steps_taken, std::memory_order_relaxed);
+  scaler_.set_state(counters.loss_scaler);
+  return absl::OkStatus();
 }
 
 }  // namespace zerod::engine

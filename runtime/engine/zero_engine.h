@@ -85,6 +85,24 @@ struct TensorView {
   int64_t numel = 0;
 };
 
+// Checkpoints see the fp32 training state in model coordinates, which no plan changes: element i
+// of the model is element i of the tensors laid end to end, without padding. A run is a range of
+// them.
+struct ModelRun {
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+// The fp32 state a rank holds per element: the master copy (the parameters in fp32 training) and
+// Adam's two moments.
+enum class StateTensor : int { kMaster = 0, kAdamM = 1, kAdamV = 2 };
+inline constexpr int kStateTensorCount = 3;
+// The counters a restored run continues from.
+struct TrainingCounters {
+  int64_t applied_steps = 0;  // Adam's bias correction counts these
+  int64_t steps_taken = 0;    // applied or skipped
+  LossScalerState loss_scaler;
+};
+
 struct StepResult {
   bool applied = false;  // false: skipped on every rank (gradient overflow)
   double grad_norm = 0;  // global, unscaled, before clipping
@@ -150,6 +168,23 @@ class ZeroEngine {
   // The full fp32 parameters in model order, unpadded (a collective: every rank calls it).
   absl::StatusOr<std::vector<float>> FullMasterParameters();
 
+  // Checkpoints (runtime/checkpoint). HeldRuns: the elements whose fp32 state this rank holds,
+  // in model order (its real slices at stages 1-3, the whole model at stage 0). SavedRuns: what
+  // this rank writes, so that every element is written by exactly one rank: the held runs at
+  // stages 1-3, its even share of the model at stage 0, where every rank holds everything.
+  std::vector<ModelRun> HeldRuns() const;
+  std::vector<ModelRun> SavedRuns() const;
+  TrainingCounters counters() const;
+  // Copies `run` of a state tensor to or from host memory (run.numel floats). The run must lie
+  // inside the held runs (INVALID_ARGUMENT otherwise). Between WriteState calls and
+  // FinishRestore the parameters are stale: no forward until FinishRestore.
+  absl::Status ReadState(StateTensor which, const ModelRun& run, float* out);
+  absl::Status WriteState(StateTensor which, const ModelRun& run, const float* values);
+  // After every held element was written: sets the counters, rebuilds the parameters from the
+  // master copy (all-gathered at stages 1-2: a collective, every rank calls it), drops gathered
+  // units and gradients. The engine then trains on as the saved one would have.
+  absl::Status FinishRestore(const TrainingCounters& counters);
+
  private:
   // One of the plan's buffers, with the layout that says where a slice sits in it.
   struct PlannedBuffer {
@@ -211,6 +246,22 @@ class ZeroEngine {
   absl::Status DropGather(int64_t g);
   // The fp32 parameters Adam updates: the master copy, or the parameters in fp32 training.
   PlannedBuffer& Master() { return mixed() ? master_ : params_; }
+  PlannedBuffer& State(StateTensor which);
+  // Stages 1-2: every rank's slices of the parameters all-gathered into its full copy (after a
+  // step or a restore); a no-op at the other stages.
+  absl::Status GatherParameters();
+  // A held element range [offset, offset + numel) in model order, where it sits in `slice`.
+  struct HeldPiece {
+    int64_t model_offset = 0;
+    int64_t numel = 0;
+    plan::OwnedRange slice;
+  };
+  std::vector<HeldPiece> HeldPieces() const;
+  // Calls fn(piece, offset in the piece, offset in the run, numel) for every part of `run`;
+  // INVALID_ARGUMENT when part of it is not held.
+  absl::Status ForEachHeld(
+      const ModelRun& run,
+      const std::function<absl::Status(const HeldPiece&, int64_t, int64_t, int64_t)>& fn) const;
   DType grad_dtype() const { return plan_->options().grad_dtype; }
   DType param_dtype() const { return plan_->options().param_dtype; }
   bool mixed() const { return param_dtype() != DType::kFloat32; }

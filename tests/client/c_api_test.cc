@@ -175,5 +175,77 @@ TEST(CApi, OneRankThroughEveryCall) {
   zerod_session_destroy(s);
 }
 
+TEST(CApi, SaveAndLoadACheckpointWithItsUserTextAndExtraBytes) {
+  Daemon zerod;
+  char tmp[] = "/tmp/zerod-c-api-ckpt-XXXXXX";
+  const std::string root = std::string(mkdtemp(tmp)) + "/ckpt";
+  zerod_session* s = nullptr;
+  ASSERT_EQ(zerod_session_start(SessionJson(zerod.endpoint(), "c-api-ckpt", 2).c_str(), &s), 0)
+      << zerod_last_error();
+  int64_t step = 7;
+  EXPECT_EQ(zerod_engine_save(s, root.c_str(), 0, 1, nullptr, nullptr, 0, &step, nullptr),
+            kFailedPrecondition);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("the session has no engine yet"));
+  ASSERT_EQ(zerod_engine_create(s, R"({"lr": 0.1})"), 0) << zerod_last_error();
+
+  // Nothing there yet: step -1 and no outputs, not an error.
+  char *user = nullptr, *extra = nullptr, *dir = nullptr;
+  int64_t extra_len = -1;
+  ASSERT_EQ(zerod_engine_load(s, root.c_str(), &step, &user, &extra, &extra_len, &dir), 0)
+      << zerod_last_error();
+  EXPECT_EQ(step, -1);
+  EXPECT_EQ(user, nullptr);
+  EXPECT_EQ(extra_len, 0);
+
+  EXPECT_EQ(zerod_engine_save(s, nullptr, 0, 1, nullptr, nullptr, 0, &step, nullptr),
+            kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("save: no root directory"));
+  EXPECT_EQ(zerod_engine_save(s, root.c_str(), 0, 1, nullptr, nullptr, 5, &step, nullptr),
+            kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("extra is NULL with extra_len 5"));
+  EXPECT_EQ(zerod_engine_save(s, root.c_str(), -2, 1, nullptr, nullptr, 0, &step, nullptr),
+            kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("keep_last is -2"));
+
+  const std::string bytes("buf\0fers", 8);  // binary: the length counts, not a NUL
+  ASSERT_EQ(zerod_engine_save(s, root.c_str(), 1, 1, R"({"epoch": 2})", bytes.data(),
+                              static_cast<int64_t>(bytes.size()), &step, &dir),
+            0)
+      << zerod_last_error();
+  EXPECT_EQ(step, 0);
+  const std::string saved_dir = dir;
+  zerod_free(dir);
+  EXPECT_EQ(saved_dir, root + "/step-000000000000");
+  // Found by its files alone, without a session.
+  int64_t latest_step = -7;
+  char* latest = nullptr;
+  ASSERT_EQ(zerod_checkpoint_latest(root.c_str(), &latest_step, &latest), 0) << zerod_last_error();
+  EXPECT_EQ(latest_step, 0);
+  EXPECT_EQ(std::string(latest), saved_dir);
+  zerod_free(latest);
+  ASSERT_EQ(zerod_checkpoint_latest((root + "-none").c_str(), &latest_step, &latest), 0);
+  EXPECT_EQ(latest_step, -1);
+  EXPECT_EQ(latest, nullptr);
+
+  ASSERT_EQ(zerod_engine_load(s, root.c_str(), &step, &user, &extra, &extra_len, &dir), 0)
+      << zerod_last_error();
+  EXPECT_EQ(step, 0);
+  EXPECT_STREQ(user, R"({"epoch": 2})");
+  EXPECT_EQ(std::string(extra, static_cast<size_t>(extra_len)), bytes);
+  EXPECT_EQ(std::string(dir), saved_dir);
+  zerod_free(user);
+  zerod_free(extra);
+  zerod_free(dir);
+  // A step directory that does not exist, named as such, is an error.
+  EXPECT_EQ(zerod_engine_load(s, (root + "/step-000000000009").c_str(), &step, nullptr, nullptr,
+                              nullptr, nullptr),
+            5);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("does not exist"));
+  EXPECT_EQ(zerod_session_leave(s), 0);
+  zerod_session_destroy(s);
+  std::error_code ignored;
+  std::filesystem::remove_all(tmp, ignored);
+}
+
 }  // namespace
 }  // namespace zerod::testing

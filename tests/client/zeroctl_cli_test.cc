@@ -33,7 +33,7 @@ TEST(ZeroctlCli, UnknownCommandIsNamedWithTheKnownOnes) {
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_EQ(r.err,
               "zeroctl: unknown command 'jbos' (expected one of: plan, jobs, members, shards, "
-              "memory, watch, end)\n");
+              "memory, watch, checkpoints, end, checkpoint)\n");
     EXPECT_EQ(r.out, "");
   }
 }

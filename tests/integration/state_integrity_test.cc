@@ -2,7 +2,6 @@
 // another state's, its pages or a value's bytes overwritten, a job record that does not decode;
 // and against a disk that fills up while it runs (a real, small tmpfs).
 
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include "runtime/plan/synthetic_layout.h"
 #include "server/state/sqlite_kv_store.h"
 #include "tests/integration/zerod_harness.h"
+#include "tests/util/small_filesystem.h"
 
 namespace zerod::testing {
 namespace {
@@ -222,31 +222,6 @@ TEST(StateIntegrity, OneJobRecordThatDoesNotDecodeIsQuarantinedAndTheOtherJobsLo
   EXPECT_THAT(zerod.Log(), HasSubstr("job bad is quarantined"));
   EXPECT_THAT(client->DescribeJob("never-was").status().message(), Not(HasSubstr("quarantined")));
 }
-
-// A tmpfs mounted on a directory for the test's life (lazily unmounted: the daemon may still
-// hold its files when this goes).
-class SmallFilesystem {
- public:
-  SmallFilesystem(const std::string& dir, const std::string& size) : dir_(dir) {
-    fs::create_directories(dir);
-    const std::string options = "size=" + size + ",mode=0700";
-    if (mount("zerod-test", dir.c_str(), "tmpfs", 0, options.c_str()) == 0) {
-      mounted_ = true;
-    } else {
-      error_ = std::string("mount -t tmpfs ") + dir + ": " + strerror(errno);
-    }
-  }
-  ~SmallFilesystem() {
-    if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-  const std::string& error() const { return error_; }
-
- private:
-  std::string dir_;
-  bool mounted_ = false;
-  std::string error_;
-};
 
 int CountOf(const std::string& text, const std::string& needle) {
   int n = 0;

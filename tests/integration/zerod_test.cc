@@ -339,7 +339,7 @@ TEST(Zerod, ZeroctlTakesGlobalFlagsBeforeTheCommand) {
   EXPECT_EQ(typo.exit_code, 2);
   EXPECT_EQ(typo.err,
             "zeroctl: unknown command 'memebrs' (expected one of: plan, jobs, members, shards, "
-            "memory, watch, end)\n");
+            "memory, watch, checkpoints, end, checkpoint)\n");
 }
 
 TEST(Zerod, ZeroctlWatchStreamsEventsUntilTheJobEnds) {

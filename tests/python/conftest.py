@@ -55,11 +55,11 @@ def env_for(endpoint):
 def run_job(zerod_endpoint, tmp_path):
     """run_job(n, [script, args...]) -> (returncode, output), ranks launched by zerorun."""
 
-    def run(ranks, argv, expect_ok=True, timeout=300):
+    def run(ranks, argv, expect_ok=True, timeout=300, zerorun_flags=()):
         _jobs[0] += 1
         job = f"pytest-{os.getpid()}-{_jobs[0]}"
-        cmd = [str(BUILD / "bin" / "zerorun"), "-n", str(ranks), "--job", job, "--",
-               "/usr/bin/python3", *argv]
+        cmd = [str(BUILD / "bin" / "zerorun"), "-n", str(ranks), "--job", job, *zerorun_flags,
+               "--", "/usr/bin/python3", *argv]
         done = subprocess.run(cmd, env=env_for(zerod_endpoint), cwd=tmp_path, timeout=timeout,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if expect_ok and done.returncode != 0:

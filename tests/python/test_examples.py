@@ -76,6 +76,25 @@ def test_gpt_stage3_learns_and_matches_reference(run_job):
     assert result["params"] == ref["params"]
 
 
+def test_gpt_elastic_restart_resumes_from_the_in_memory_snapshot_as_if_uninterrupted(run_job,
+                                                                                   tmp_path):
+    """zerorun --max-restarts: rank 1 is killed after step 4; the world starts again, zt.resume
+    takes the snapshot of step 4 from shared memory (newer than the checkpoint of step 2 on disk),
+    and the run ends where the uninterrupted one ends."""
+    args = [GPT, "--stage", "2", *GPT_SMALL, "--checkpoint-every", "2"]
+    _, whole = run_job(2, [*args, "--checkpoint-dir", str(tmp_path / "whole")])
+    _, output = run_job(2, [*args, "--checkpoint-dir", str(tmp_path / "elastic"), "--kill-rank-at",
+                            "1:4"], zerorun_flags=["--max-restarts", "1"])
+    assert "[rank 1] rank 1: failure injection: SIGKILL after step 4" in output
+    assert "zerorun: restart 1 of 1: 2 ranks" in output
+    assert re.search(r"\[rank 0\] rank 0: resumed from step 4 \(/dev/shm/\S+/step-000000000004\)",
+                     output), output[-3000:]
+    final = json.loads(lines_of(output)[-1])
+    assert final["first_step"] == 4
+    assert final["final_loss"] == pytest.approx(json.loads(lines_of(whole)[-1])["final_loss"],
+                                                rel=1e-6)
+
+
 def test_gpt_batch_must_divide_by_world_size(run_job):
     code, output = run_job(2, [GPT, "--batch", "7", "--steps", "1"], expect_ok=False)
     assert code != 0

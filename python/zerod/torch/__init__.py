@@ -9,6 +9,11 @@
         opt.step()
     state = zt.full_state_dict(model)       # every rank calls it
 
+Checkpoints (every rank calls them, between steps): zt.save(dir, keep_last=3, user={"epoch": e})
+writes a sharded checkpoint (parameters, Adam's state, step, loss scale, each rank's buffers and
+frozen parameters, your `user` dict); zt.load(dir) restores the newest complete one at any world
+size and stage, and returns zt.Checkpoint(step, user, directory), or None when there is none yet.
+
 Launched as `zerorun -n N -- /usr/bin/python3 train.py` (zerorun sets the ZEROD_* environment
 zt.shard joins from). Gradients are averaged over ranks as torch DDP does, and rank 0's initial
 parameters are everyone's.
@@ -16,18 +21,21 @@ parameters are everyone's.
 
 import atexit
 import collections
+import io
+import json
 import math
 import os
 
 import torch
 
+from zerod import _native
 from zerod._native import INVALID_ARGUMENT, FAILED_PRECONDITION, Session, ZerodError
 from zerod.torch import _layout
 from zerod.torch._memory import DTYPES
 from zerod.torch._runtime import Runtime
 
 __all__ = ["shard", "rank", "world_size", "full_state_dict", "load_state_dict", "average",
-           "memory_stats",
+           "memory_stats", "save", "load", "snapshot", "resume", "Checkpoint",
            "shutdown", "ZeroOptimizer", "ZerodError"]
 
 _active = None  # the Runtime of this process's one session
@@ -314,8 +322,10 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     def state_dict(self):
         raise ZerodError(FAILED_PRECONDITION, (
-            "zerod: the optimizer state is sharded across ranks; zt.full_state_dict(model) gives "
-            "the parameters (sharded checkpoints of the optimizer state are not built yet)"))
+            "zerod: the optimizer state is sharded across ranks and never gathered on one: save "
+            "and resume training with zt.save(dir) and zt.load(dir) (every rank calls them; "
+            "they keep the model, the optimizer state and the step); zt.full_state_dict(model) "
+            "gives the parameters alone"))
 
     def load_state_dict(self, state_dict):
         self.state_dict()
@@ -412,6 +422,132 @@ def load_state_dict(model, state_dict):
                 value.copy_(state_dict[name])
     finally:
         rt.loading = False
+
+
+Checkpoint = collections.namedtuple("Checkpoint", ["step", "user", "directory"])
+Checkpoint.__doc__ = """What zt.load restored: the optimizer step it continues from, the user dict given to
+zt.save ({} when none), and the checkpoint's directory."""
+
+
+def _module_state(rt):
+    """This rank's own part of a checkpoint: the module's buffers (BatchNorm statistics, which
+    stay per rank as under DDP) and frozen parameters, which zerod does not hold."""
+    state = {"buffers": {n: b.detach().to("cpu").clone() for n, b in rt.model.named_buffers()},
+             "frozen": {n: p.detach().to("cpu").clone() for n, p in rt.frozen}}
+    out = io.BytesIO()
+    torch.save(state, out)
+    return out.getvalue()
+
+
+def _restore_module_state(rt, extra, directory):
+    if not extra:
+        if list(rt.model.buffers()) or rt.frozen:
+            raise ZerodError(FAILED_PRECONDITION, (
+                f"zt.load: {directory} holds no buffers or frozen parameters for this rank (it "
+                "was not saved by zt.save)"))
+        return
+    # weights_only: a checkpoint is data; a tampered one must not run code when loaded.
+    state = torch.load(io.BytesIO(extra), map_location="cpu", weights_only=True)
+    targets = [("buffer", dict(rt.model.named_buffers()), state.get("buffers", {})),
+               ("frozen parameter", dict(rt.frozen), state.get("frozen", {}))]
+    with torch.no_grad():
+        for kind, mine, saved in targets:
+            for name, value in mine.items():
+                if name not in saved:
+                    raise ZerodError(FAILED_PRECONDITION, (
+                        f"zt.load: {directory} has no {kind} '{name}' (the checkpoint is of "
+                        "another module)"))
+                if tuple(saved[name].shape) != tuple(value.shape):
+                    raise ZerodError(FAILED_PRECONDITION, (
+                        f"zt.load: {kind} '{name}' has shape {tuple(saved[name].shape)} in "
+                        f"{directory}, the module's is {tuple(value.shape)}"))
+                value.copy_(saved[name])
+
+
+def save(directory, keep_last=0, user=None):
+    """Saves a sharded checkpoint of the training state as `directory`/step-<step> and returns
+    that path (a collective: every rank calls it, between optimizer steps). Each rank writes what
+    it holds, in parallel: the fp32 parameters, Adam's moments, the step and loss scale, and its
+    own buffers and frozen parameters; rank 0 writes the manifest last. It returns on every rank
+    once the checkpoint is complete; a crash before leaves the previous one as it was.
+    keep_last > 0 then removes all but the newest keep_last complete checkpoints in `directory`.
+    user: a JSON-serialisable dict kept with the checkpoint (rank 0's), e.g. the data loader's
+    position ({"epoch": 3, "batch": 120}); zt.load returns it. As DeepSpeed's
+    engine.save_checkpoint(dir, client_state=...)."""
+    return _save(directory, keep_last, user, record=True)
+
+
+def _save(directory, keep_last, user, record):
+    rt = _require()
+    name = "zt.save" if record else "zt.snapshot"
+    if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 0:
+        raise ZerodError(INVALID_ARGUMENT, (
+            f"{name}: keep_last must be an integer >= 0 (0 keeps every checkpoint), not "
+            f"{keep_last!r}"))
+    if user is not None and not isinstance(user, dict):
+        raise ZerodError(INVALID_ARGUMENT, (
+            f"{name}: user must be a dict (kept as JSON), not {type(user).__name__}"))
+    try:
+        text = None if user is None else json.dumps(user, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ZerodError(INVALID_ARGUMENT, f"{name}: user is not JSON-serialisable: {e}") from None
+    _, path = rt.session.save(os.fspath(directory), keep_last, text, _module_state(rt), record)
+    return path
+
+
+def load(directory):
+    """Restores the newest complete checkpoint in `directory` (or `directory` itself when it is
+    one checkpoint's step-<step> directory) into the sharded module and optimizer, whatever world
+    size and stage saved it (a collective: every rank calls it, after zt.shard, between steps).
+    Returns Checkpoint(step, user, directory), or None when `directory` holds no complete
+    checkpoint yet, so that one script starts or resumes:
+
+        ckpt = zt.load(dir)
+        start = ckpt.user["epoch"] + 1 if ckpt else 0
+
+    A partial checkpoint (a save that did not finish) is skipped, never loaded. Each rank takes
+    its own saved buffers and frozen parameters, or rank 0's when the saving job had no such
+    rank. As DeepSpeed's engine.load_checkpoint(dir), which returns the client state."""
+    rt = _require()
+    loaded = rt.session.load(os.fspath(directory))
+    if loaded is None:
+        return None
+    step, user, extra, path = loaded
+    _restore_module_state(rt, extra, path)
+    return Checkpoint(step, json.loads(user) if user else {}, path)
+
+
+def snapshot(keep_last=2, user=None):
+    """Saves an in-memory snapshot into $ZEROD_SNAPSHOT_DIR, the shared-memory directory that
+    `zerorun --max-restarts` gives its ranks (a collective, as zt.save), and returns its path; None
+    where there is no such directory. Cheap enough for every step: it costs a copy to memory. The
+    coordinator does not list snapshots (they do not outlive the node); zt.resume takes the newest
+    of them and of the durable checkpoints after a restart."""
+    directory = os.environ.get("ZEROD_SNAPSHOT_DIR")
+    if not directory:
+        _require()
+        return None
+    return _save(directory, keep_last, user, record=False)
+
+
+def resume(directory=None):
+    """zt.load of the newest complete checkpoint among `directory` (durable checkpoints; None:
+    none) and $ZEROD_SNAPSHOT_DIR (in-memory snapshots, preferred at the same step): what a script
+    under `zerorun --max-restarts` calls at its start. None when neither holds one: a first run.
+
+        ckpt = zt.resume("ckpts")
+        for step in range(ckpt.step if ckpt else 0, steps):
+            ...; opt.step(); zt.snapshot()
+            if step % 100 == 99: zt.save("ckpts", keep_last=3)
+    """
+    _require()
+    newest = None
+    for root in (os.environ.get("ZEROD_SNAPSHOT_DIR"), directory):
+        if root and os.path.isdir(root):
+            found = _native.latest_checkpoint(os.fspath(root))
+            if found is not None and (newest is None or found[0] > newest[0]):
+                newest = found
+    return None if newest is None else load(newest[1])
 
 
 def memory_stats():

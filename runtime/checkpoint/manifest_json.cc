@@ -1,0 +1,246 @@
+// manifest.json: the Manifest as JSON, and back. Checksums are 16 hex digits (a JSON number is
+// not a safe place for a uint64); runs are [offset, numel] pairs.
+
+#include <limits>
+#include <stdexcept>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/checkpoint/internal/checksums.h"
+#include "runtime/checkpoint/internal/manifest_checks.h"
+
+namespace zerod::checkpoint {
+namespace {
+
+using nlohmann::json;
+
+// A field that is missing or of the wrong kind, with its path in the document.
+struct BadField : std::runtime_error {
+  BadField(const std::string& field, const std::string& problem)
+      : std::runtime_error(absl::StrCat("field '", field, "' ", problem)) {}
+};
+
+const json& At(const json& j, const std::string& path, const char* key) {
+  if (!j.is_object()) throw BadField(path, "is not an object");
+  auto it = j.find(key);
+  if (it == j.end()) throw BadField(absl::StrCat(path, path.empty() ? "" : ".", key), "is missing");
+  return *it;
+}
+
+std::string Join(const std::string& path, const char* key) {
+  return absl::StrCat(path, path.empty() ? "" : ".", key);
+}
+
+int64_t Int(const json& j, const std::string& path, const char* key) {
+  const json& v = At(j, path, key);
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() &&
+       v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+    throw BadField(Join(path, key), "is not an integer in range");
+  }
+  return v.get<int64_t>();
+}
+
+int64_t NonNegative(const json& j, const std::string& path, const char* key) {
+  const int64_t v = Int(j, path, key);
+  if (v < 0) throw BadField(Join(path, key), "is negative");
+  return v;
+}
+
+std::string String(const json& j, const std::string& path, const char* key) {
+  const json& v = At(j, path, key);
+  if (!v.is_string()) throw BadField(Join(path, key), "is not a string");
+  return v.get<std::string>();
+}
+
+const json& Array(const json& j, const std::string& path, const char* key) {
+  const json& v = At(j, path, key);
+  if (!v.is_array()) throw BadField(Join(path, key), "is not an array");
+  return v;
+}
+
+DType DTypeField(const json& j, const std::string& path, const char* key) {
+  auto d = ParseDType(String(j, path, key));
+  if (!d.ok()) throw BadField(Join(path, key), "is not a dtype");
+  return *d;
+}
+
+uint64_t Hash(const json& v, const std::string& path) {
+  uint64_t h = 0;
+  if (!v.is_string() || !internal::ParseHashHex(v.get<std::string>(), &h)) {
+    throw BadField(path, "is not 16 hex digits");
+  }
+  return h;
+}
+
+bool ValidUtf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+json FileToJson(const RankFile& f) {
+  json runs = json::array();
+  for (const engine::ModelRun& r : f.runs) runs.push_back({r.offset, r.numel});
+  json blocks = json::array();
+  for (uint64_t h : f.block_xxh3) blocks.push_back(internal::HashHex(h));
+  return {{"rank", f.rank},
+          {"name", f.name},
+          {"runs", runs},
+          {"numel", f.numel},
+          {"extra_bytes", f.extra_bytes},
+          {"bytes", f.bytes},
+          {"xxh3", internal::HashHex(f.xxh3)},
+          {"block_xxh3", blocks}};
+}
+
+RankFile FileFromJson(const json& j, const std::string& path) {
+  RankFile f;
+  f.rank = NonNegative(j, path, "rank");
+  f.name = String(j, path, "name");
+  const json& runs = Array(j, path, "runs");
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const json& r = runs[i];
+    const std::string at = absl::StrCat(path, ".runs[", i, "]");
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer() ||
+        r[0].get<int64_t>() < 0 || r[1].get<int64_t>() < 0) {
+      throw BadField(at, "is not a pair of non-negative integers");
+    }
+    f.runs.push_back({r[0].get<int64_t>(), r[1].get<int64_t>()});
+  }
+  f.numel = NonNegative(j, path, "numel");
+  f.extra_bytes = NonNegative(j, path, "extra_bytes");
+  f.bytes = NonNegative(j, path, "bytes");
+  f.xxh3 = Hash(At(j, path, "xxh3"), Join(path, "xxh3"));
+  const json& blocks = Array(j, path, "block_xxh3");
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    f.block_xxh3.push_back(Hash(blocks[i], absl::StrCat(path, ".block_xxh3[", i, "]")));
+  }
+  return f;
+}
+
+Manifest FromJson(const json& j) {
+  Manifest m;
+  m.format_version = static_cast<int>(Int(j, "", "format_version"));
+  if (m.format_version != kFormatVersion) {
+    throw BadField("format_version",
+                   absl::StrCat("is ", m.format_version, "; this build reads ", kFormatVersion));
+  }
+  m.job_id = String(j, "", "job_id");
+  m.step = NonNegative(j, "", "step");
+  const json& c = At(j, "", "counters");
+  m.counters.applied_steps = NonNegative(c, "counters", "applied_steps");
+  m.counters.steps_taken = NonNegative(c, "counters", "steps_taken");
+  const json& scale = At(c, "counters", "loss_scale");
+  if (!scale.is_number()) throw BadField("counters.loss_scale", "is not a number");
+  m.counters.loss_scaler.scale = scale.get<double>();
+  m.counters.loss_scaler.clean_steps = Int(c, "counters", "clean_steps");
+  m.counters.loss_scaler.hysteresis_left = Int(c, "counters", "hysteresis_left");
+  m.world_size = NonNegative(j, "", "world_size");
+  const int64_t stage = Int(j, "", "stage");
+  if (stage < 0 || stage > 3) throw BadField("stage", "is not 0-3");
+  m.stage = static_cast<int>(stage);
+  m.param_dtype = DTypeField(j, "", "param_dtype");
+  m.grad_dtype = DTypeField(j, "", "grad_dtype");
+  const json& layout = Array(j, "", "layout");
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const std::string at = absl::StrCat("layout[", i, "]");
+    plan::TensorSpec t;
+    t.name = String(layout[i], at, "name");
+    const json& shape = Array(layout[i], at, "shape");
+    for (const json& d : shape) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+        throw BadField(Join(at, "shape"), "is not a list of non-negative integers");
+      }
+      t.shape.push_back(d.get<int64_t>());
+    }
+    t.dtype = DTypeField(layout[i], at, "dtype");
+    t.unit = String(layout[i], at, "unit");
+    m.layout.push_back(std::move(t));
+  }
+  absl::Status layout_ok = plan::ValidatePlanInput({m.layout, plan::PlanOptions{}});
+  if (!layout_ok.ok()) throw BadField("layout", std::string(layout_ok.message()));
+  m.layout_digest = String(j, "", "layout_digest");
+  m.plan_digest = String(j, "", "plan_digest");
+  m.total_numel = NonNegative(j, "", "total_numel");
+  const json& files = Array(j, "", "files");
+  for (size_t i = 0; i < files.size(); ++i) {
+    m.files.push_back(FileFromJson(files[i], absl::StrCat("files[", i, "]")));
+  }
+  if (j.contains("user_base64")) {
+    if (!absl::Base64Unescape(String(j, "", "user_base64"), &m.user)) {
+      throw BadField("user_base64", "is not base64");
+    }
+  } else {
+    m.user = String(j, "", "user");
+  }
+  m.created_unix_ms = Int(j, "", "created_unix_ms");
+  return m;
+}
+
+}  // namespace
+
+std::string ManifestToJson(const Manifest& m) {
+  json layout = json::array();
+  for (const plan::TensorSpec& t : m.layout) {
+    layout.push_back({{"name", t.name},
+                      {"shape", t.shape},
+                      {"dtype", std::string(DTypeName(t.dtype))},
+                      {"unit", t.unit}});
+  }
+  json files = json::array();
+  for (const RankFile& f : m.files) files.push_back(FileToJson(f));
+  json j = {{"format_version", m.format_version},
+            {"job_id", m.job_id},
+            {"step", m.step},
+            {"counters",
+             {{"applied_steps", m.counters.applied_steps},
+              {"steps_taken", m.counters.steps_taken},
+              {"loss_scale", m.counters.loss_scaler.scale},
+              {"clean_steps", m.counters.loss_scaler.clean_steps},
+              {"hysteresis_left", m.counters.loss_scaler.hysteresis_left}}},
+            {"world_size", m.world_size},
+            {"stage", m.stage},
+            {"param_dtype", std::string(DTypeName(m.param_dtype))},
+            {"grad_dtype", std::string(DTypeName(m.grad_dtype))},
+            {"layout", layout},
+            {"layout_digest", m.layout_digest},
+            {"plan_digest", m.plan_digest},
+            {"total_numel", m.total_numel},
+            {"files", files},
+            {"created_unix_ms", m.created_unix_ms}};
+  // The trainer's bytes are opaque: text when JSON can hold them, base64 when not.
+  if (ValidUtf8(m.user)) {
+    j["user"] = m.user;
+  } else {
+    j["user_base64"] = absl::Base64Escape(m.user);
+  }
+  return j.dump(1) + "\n";
+}
+
+absl::StatusOr<Manifest> ManifestFromJson(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat(source, " is not valid JSON: ", e.what()));
+  }
+  Manifest m;
+  try {
+    m = FromJson(j);
+  } catch (const BadField& e) {
+    return absl::DataLossError(absl::StrCat(source, ": ", e.what()));
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat(source, ": ", e.what()));
+  }
+  absl::Status s = internal::CheckManifest(m, source);
+  if (!s.ok()) return s;
+  return m;
+}
+
+}  // namespace zerod::checkpoint

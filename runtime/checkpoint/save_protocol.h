@@ -1,0 +1,120 @@
+#ifndef ZEROD_RUNTIME_CHECKPOINT_SAVE_PROTOCOL_H_
+#define ZEROD_RUNTIME_CHECKPOINT_SAVE_PROTOCOL_H_
+
+// Who waits for whom when a job saves or loads a sharded checkpoint (the files themselves are
+// checkpoint_files.h). Every rank of the engine's world calls Save (or Load) at the same step.
+//
+// Save at step S:
+//   1. rank 0 records the save as started (Recorder::Started: the coordinator's durable record
+//      says "saving"), every rank creates the step directory;
+//   2. every rank writes its own file in parallel (WriteRankFile) and publishes its manifest
+//      entry, or its error, in the job's Store under `ckpt/<S>/rank/<r>`;
+//   3. rank 0 waits for every entry, writes the manifest, records the checkpoint complete, then
+//      removes checkpoints beyond keep_last (oldest first, only ones older than S, each recorded
+//      as removed), and publishes the outcome under `ckpt/<S>/done`;
+//   4. the other ranks wait for `ckpt/<S>/done`, so Save returns on every rank once the
+//      checkpoint is complete (or with the same error everywhere).
+// Before step 2 rank 0 publishes `ckpt/<S>/start` (OK, or why the save cannot be made, e.g. step
+// S is already complete there), so no rank overwrites the files of a complete checkpoint. A rank
+// that fails also sets `done` to its error at once, so nobody waits for the timeout. Each key has
+// the call's number after `<S>` (`ckpt/<S>/<n>/...`, n counting each rank's Save and Load calls,
+// the same on every rank by the SPMD contract), so a second save of step S (after loading an
+// older checkpoint) never reads the first one's keys. Load publishes rank 0's choice under
+// `ckpt/load/<n>`, each rank's check of it under `ckpt/load/<n>/rank/<r>` and, after reading its
+// part, its verdict under `ckpt/load/<n>/read/<r>`: all learn every failure before the collective
+// that rebuilds the parameters.
+// A crash at any moment leaves the previous complete checkpoint as it was; the new directory
+// has no manifest (partial) or the coordinator's record still says saving.
+//
+// Load: the newest complete checkpoint under a root (or one given directory), resharded to the
+// engine's world and stage. "Complete" needs the manifest; when a Recorder is given, the
+// coordinator's record must also say complete (a manifest whose record says saving came from a
+// save that did not finish on the coordinator's side and is skipped).
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/comm/store.h"
+#include "runtime/engine/zero_engine.h"
+
+namespace zerod::checkpoint {
+
+enum class RecordState { kSaving, kComplete, kRemoved };
+
+struct CheckpointRecordInfo {
+  int64_t step = 0;
+  std::string directory;  // absolute
+  int64_t world_size = 0;
+  int stage = 0;
+  RecordState state = RecordState::kSaving;
+  int64_t bytes = 0;
+};
+
+// The coordinator's durable record of a job's checkpoints (the session implements it over gRPC;
+// runtime/ knows no gRPC). Called on rank 0 only.
+class Recorder {
+ public:
+  virtual ~Recorder() = default;
+  virtual absl::Status Record(const CheckpointRecordInfo& record) = 0;
+  virtual absl::StatusOr<std::vector<CheckpointRecordInfo>> List() = 0;
+};
+
+struct SaveOptions {
+  std::string root;       // checkpoints go to StepDirectory(root, step); created if missing
+  int64_t keep_last = 0;  // 0: keep every checkpoint
+  std::string user;       // rank 0's goes into the manifest (e.g. the data loader position)
+  std::string extra;      // this rank's own bytes (e.g. module buffers)
+  std::string job_id;     // for the manifest
+  // false: the recorder is not told (an in-memory snapshot, which does not outlive the node: the
+  // coordinator's records list durable checkpoints only). Such a checkpoint is complete when its
+  // manifest is in place, and Load takes it when given its directory or root explicitly.
+  bool record = true;
+  absl::Duration timeout = absl::Minutes(10);  // for the waits on other ranks
+};
+
+struct SavedCheckpoint {
+  int64_t step = 0;
+  std::string directory;
+  int64_t bytes = 0;  // all ranks' files together
+};
+
+// `store` is the job's Store (the session's, prefixed by generation); `recorder` may be null.
+absl::StatusOr<SavedCheckpoint> Save(engine::ZeroEngine& engine, comm::Store& store,
+                                     Recorder* recorder, const SaveOptions& options);
+
+struct LoadedCheckpoint {
+  int64_t step = 0;
+  std::string directory;
+  Manifest manifest;
+  std::string extra;  // this rank's (ReadExtra)
+};
+
+// The newest complete checkpoint under `root`, or NOT_FOUND naming the root (and the partial ones
+// it skipped). With a recorder, its complete records decide which directories count.
+absl::StatusOr<std::string> LatestComplete(const std::string& root, Recorder* recorder);
+
+// Loads `path`: a checkpoint directory, or a root whose newest complete checkpoint is taken.
+// Every rank calls it (Restore is a collective). A failed load (every rank returns the error) may
+// have written part of the state: load again before training on. Rank 0 chooses the directory
+// and publishes its choice in `store`, so every rank loads the same checkpoint even if one is
+// completed meanwhile.
+absl::StatusOr<LoadedCheckpoint> Load(engine::ZeroEngine& engine, comm::Store& store,
+                                      const std::string& path, Recorder* recorder,
+                                      absl::Duration timeout = absl::Minutes(10));
+
+// Load for a trainer that resumes when it can: nullopt on every rank when `path` is a root (or a
+// missing directory) holding no complete checkpoint yet, the first run; any other problem is an
+// error, as in Load.
+absl::StatusOr<std::optional<LoadedCheckpoint>> LoadIfAny(
+    engine::ZeroEngine& engine, comm::Store& store, const std::string& path, Recorder* recorder,
+    absl::Duration timeout = absl::Minutes(10));
+
+}  // namespace zerod::checkpoint
+
+#endif  // ZEROD_RUNTIME_CHECKPOINT_SAVE_PROTOCOL_H_

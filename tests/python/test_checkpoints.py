@@ -1,0 +1,89 @@
+"""zt.save / zt.load end to end: a job saves at world 2 stage 2, new jobs at other world sizes
+and stages resume from it and train on as the uninterrupted run did (zt_checkpoint_worker.py)."""
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from conftest import BUILD, HERE, env_for
+
+WORKER = str(HERE / "zt_checkpoint_worker.py")
+K, N = 3, 3  # steps before the save, steps after it
+
+
+@pytest.fixture(scope="module")
+def first_run(zerod_endpoint, tmp_path_factory):
+    """The uninterrupted run: world 2, stage 2, saved after K steps, N more steps."""
+    out = tmp_path_factory.mktemp("first")
+    spec = {"phase": "first", "stage": 2, "k": K, "n": N, "ckpt": str(out / "ckpt")}
+    cmd = [str(BUILD / "bin" / "zerorun"), "-n", "2", "--job", f"ckpt-first-{out.name}", "--",
+           "/usr/bin/python3", WORKER, json.dumps(spec), str(out)]
+    done = subprocess.run(cmd, env=env_for(zerod_endpoint), cwd=out, timeout=300,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert done.returncode == 0, done.stdout[-6000:]
+    return out, [torch.load(out / f"first-rank{r}.pt") for r in range(2)]
+
+
+def test_load_finds_nothing_where_nothing_was_saved(first_run):
+    _, ranks = first_run
+    assert all(r["nothing"] is None for r in ranks)
+
+
+@pytest.mark.parametrize("world,stage", [(2, 2), (3, 2), (3, 3), (1, 0)])
+def test_a_resumed_job_trains_on_as_the_uninterrupted_run(run_job, tmp_path, first_run, world,
+                                                          stage):
+    first_dir, first = first_run
+    spec = {"phase": "resume", "stage": stage, "n": N, "ckpt": str(first_dir / "ckpt"),
+            "seed": 77}
+    run_job(world, [WORKER, json.dumps(spec), str(tmp_path)])
+    resumed = [torch.load(tmp_path / f"resume-rank{r}.pt") for r in range(world)]
+    for res in resumed:
+        step, user, directory = res["loaded"]
+        assert (step, user, directory) == (K, {"epoch": 1, "batch": K}, first[0]["directory"])
+        # Each rank's own buffers, rank 0's where the saving world had no such rank; the frozen
+        # layer is rank 0's, as zt.shard makes it everyone's.
+        source = first[res["rank"]] if res["rank"] < 2 else first[0]
+        for name, value in source["saved_buffers"].items():
+            assert torch.equal(res["loaded_buffers"][name], value), (res["rank"], name)
+        assert torch.equal(res["frozen"], first[0]["frozen"])
+        assert res["losses"] == pytest.approx(first[0]["losses"], rel=1e-5, abs=1e-6)
+    if world == 2:
+        # The same world: each rank's BatchNorm statistics go on exactly as they did.
+        for res in resumed:
+            for name, value in first[res["rank"]]["end_buffers"].items():
+                torch.testing.assert_close(res["end_buffers"][name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_zeroctl_lists_the_saved_checkpoint_as_complete(zerod_endpoint, first_run):
+    _, first = first_run
+    done = subprocess.run([str(BUILD / "bin" / "zeroctl"), "checkpoints", first[0]["job"],
+                           "--json"], env=env_for(zerod_endpoint), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout
+    listed = json.loads(done.stdout)["checkpoints"]
+    assert [(c["step"], c["state"], c["world_size"], c["stage"], c["directory"])
+            for c in listed] == [(K, "complete", 2, 2, first[0]["directory"])], listed
+
+
+def test_optimizer_state_dict_names_zt_save_and_zt_load(one_rank_job):
+    import zerod.torch as zt
+    from zerod.torch import ZerodError
+    _, opt = zt.shard(torch.nn.Linear(3, 2), stage=1)
+    for call in (opt.state_dict, lambda: opt.load_state_dict({})):
+        with pytest.raises(ZerodError, match=r"zt\.save\(dir\) and zt\.load\(dir\)"):
+            call()
+
+
+def test_save_refuses_bad_arguments_naming_them(one_rank_job, tmp_path):
+    import zerod.torch as zt
+    from zerod.torch import ZerodError
+    zt.shard(torch.nn.Linear(3, 2), stage=2)
+    with pytest.raises(ZerodError, match="keep_last must be an integer >= 0"):
+        zt.save(tmp_path, keep_last=-1)
+    with pytest.raises(ZerodError, match="user is not JSON-serialisable"):
+        zt.save(tmp_path, user={"x": object()})
+    assert not any(tmp_path.iterdir())
+    path = zt.save(tmp_path, user={"epoch": 0})
+    assert zt.load(tmp_path) == (0, {"epoch": 0}, path)

@@ -1,0 +1,90 @@
+// The manifest survives its JSON exactly, and a manifest that does not add up is refused naming
+// the field or file at fault.
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/plan/digest.h"
+#include "tests/runtime/checkpoint/engine_world.h"
+
+namespace zerod::checkpoint {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two ranks holding interleaved runs of a 10-element model.
+Manifest TwoRankManifest() {
+  Manifest m;
+  m.job_id = "job";
+  m.step = 7;
+  m.counters = {5, 7, {1024.0, 3, 1}};
+  m.world_size = 2;
+  m.stage = 2;
+  m.param_dtype = DType::kFloat16;
+  m.grad_dtype = DType::kFloat32;
+  m.layout = {{"a", {2, 3}, DType::kFloat16, "u0"}, {"b", {4}, DType::kFloat16, ""}};
+  m.layout_digest = plan::DigestHex(plan::LayoutDigest(m.layout));
+  m.plan_digest = "0123456789abcdef";
+  m.total_numel = 10;
+  m.files = {{0, RankFileName(0), {{0, 3}, {6, 2}}, 5, 4, 64, 0xfedcba9876543210ull, {42}},
+             {1, RankFileName(1), {{3, 3}, {8, 2}}, 5, 0, 60, 1, {2}}};
+  m.user = std::string("binary \xff\x00 position", 20);
+  m.created_unix_ms = 1764800000000;
+  return m;
+}
+
+TEST(ManifestJson, EveryFieldSurvivesTheRoundTrip) {
+  const Manifest m = TwoRankManifest();
+  auto back = ManifestFromJson(ManifestToJson(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(ManifestToJson(*back), ManifestToJson(m));
+  EXPECT_EQ(back->user, m.user) << "bytes JSON cannot hold travel as base64";
+  EXPECT_EQ(back->files[0].xxh3, 0xfedcba9876543210ull);
+  EXPECT_EQ(back->counters.loss_scaler.scale, 1024.0);
+  EXPECT_EQ(back->param_dtype, DType::kFloat16);
+  EXPECT_EQ(back->layout[0].unit, "u0");
+}
+
+TEST(ManifestJson, RunsThatOverlapOrLeaveAGapAreRefused) {
+  Manifest m = TwoRankManifest();
+  m.files[1].runs = {{2, 4}, {8, 1}};
+  m.files[1].numel = 5;
+  auto overlap = ManifestFromJson(ManifestToJson(m), "m.json");
+  EXPECT_EQ(overlap.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(overlap.status().message()),
+              HasSubstr("rank-00001.shard starts a run at element 2 where another file's run"));
+
+  m = TwoRankManifest();
+  m.files[1].runs = {{3, 3}, {9, 1}};
+  m.files[1].numel = 4;
+  m.files[1].bytes = 48;
+  auto gap = ManifestFromJson(ManifestToJson(m), "m.json");
+  EXPECT_EQ(gap.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(gap.status().message()), HasSubstr("elements from 8 are in no file"));
+}
+
+TEST(ManifestJson, SizesChecksumsAndDigestsThatDoNotAddUpAreRefused) {
+  Manifest m = TwoRankManifest();
+  m.files[0].bytes = 65;
+  EXPECT_THAT(std::string(ManifestFromJson(ManifestToJson(m), "m.json").status().message()),
+              HasSubstr("m.json: file rank-00000.shard: size 65 is not 12 x 5 elements + 4"));
+  m = TwoRankManifest();
+  m.files[0].block_xxh3.clear();
+  EXPECT_THAT(std::string(ManifestFromJson(ManifestToJson(m), "m.json").status().message()),
+              HasSubstr("0 block checksums for 1 blocks"));
+  m = TwoRankManifest();
+  m.layout[1].shape = {5};
+  EXPECT_THAT(std::string(ManifestFromJson(ManifestToJson(m), "m.json").status().message()),
+              HasSubstr("total_numel 10 differs from the layout's 11"));
+  m = TwoRankManifest();
+  m.layout_digest = "0000000000000000";
+  EXPECT_THAT(std::string(ManifestFromJson(ManifestToJson(m), "m.json").status().message()),
+              HasSubstr("layout_digest 0000000000000000 differs"));
+  std::string text = ManifestToJson(TwoRankManifest());
+  text.replace(text.find("\"format_version\": 1"), 19, "\"format_version\": 9");
+  EXPECT_THAT(std::string(ManifestFromJson(text, "m.json").status().message()),
+              HasSubstr("field 'format_version' is 9; this build reads 1"));
+}
+
+}  // namespace
+}  // namespace zerod::checkpoint

@@ -1,0 +1,358 @@
+// The save and load protocol (save_protocol.h) with real ranks: threads with their own Gloo
+// communicators over loopback, one InMemoryStore as the job's store, real files in a temporary
+// directory. FakeRecorder stands in for the coordinator's records and keeps every call in order.
+
+#include "runtime/checkpoint/save_protocol.h"
+
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/comm/gloo/gloo_communicator.h"
+#include "runtime/comm/in_memory_store.h"
+#include "runtime/comm/prefix_store.h"
+#include "runtime/common/mutex.h"
+#include "runtime/common/status_macros.h"
+
+namespace zerod::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::vector<plan::TensorSpec> Layout() {
+  return {{"w0", {5, 7}, DType::kFloat32, ""},
+          {"b0", {7}, DType::kFloat32, ""},
+          {"w1", {7, 3}, DType::kFloat32, ""},
+          {"w2", {3, 11}, DType::kFloat32, ""}};
+}
+
+std::shared_ptr<const plan::ShardPlan> MakePlan(int stage, int64_t world) {
+  plan::PlanInput in;
+  in.tensors = Layout();
+  in.options.world_size = world;
+  in.options.stage = stage;
+  in.options.param_dtype = DType::kFloat32;
+  in.options.grad_dtype = DType::kFloat32;
+  in.options.reduce_bucket_bytes = 80;
+  in.options.gather_unit_bytes = 80;
+  in.options.partition_alignment_numel = 4;
+  in.options.max_live_units = 2;
+  auto p = plan::ShardPlan::Create(in);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return std::make_shared<const plan::ShardPlan>(*std::move(p));
+}
+
+// The coordinator's records, faked: the latest state per directory, and every call in order.
+class FakeRecorder final : public Recorder {
+ public:
+  absl::Status Record(const CheckpointRecordInfo& record) override {
+    MutexLock lock(&mu_);
+    calls_.push_back(record);
+    latest_[record.directory] = record;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<CheckpointRecordInfo>> List() override {
+    MutexLock lock(&mu_);
+    std::vector<CheckpointRecordInfo> out;
+    for (const auto& [dir, r] : latest_) out.push_back(r);
+    return out;
+  }
+  std::vector<CheckpointRecordInfo> calls() {
+    MutexLock lock(&mu_);
+    return calls_;
+  }
+  // Says `dir` is still being saved, as after a crash between the manifest and the record.
+  void MarkSaving(const std::string& dir) {
+    MutexLock lock(&mu_);
+    latest_[dir].directory = dir;
+    latest_[dir].state = RecordState::kSaving;
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<CheckpointRecordInfo> calls_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, CheckpointRecordInfo> latest_ ABSL_GUARDED_BY(mu_);
+};
+
+std::string TempRoot() {
+  std::string pattern = (fs::temp_directory_path() / "save-protocol-XXXXXX").string();
+  EXPECT_NE(mkdtemp(pattern.data()), nullptr);
+  return pattern + "/ckpt";
+}
+
+// One job: `world` ranks at `stage`, each with an engine initialised the same way, running
+// `body(rank, engine, store)` on its own thread.
+void RunJob(int stage, int64_t world,
+            const std::function<void(int64_t, engine::ZeroEngine&, comm::Store&)>& body) {
+  static int job = 0;
+  auto store = std::make_shared<comm::PrefixStore>(absl::StrCat("job", job++),
+                                                   std::make_shared<comm::InMemoryStore>());
+  auto plan = MakePlan(stage, world);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = comm::GlooCommunicator::Create(std::make_shared<comm::PrefixStore>("gloo", store),
+                                                 r, world, {"127.0.0.1", absl::Seconds(30)});
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      engine::EngineOptions options;
+      options.adam.lr = 0.01;
+      auto engine = engine::ZeroEngine::Create(plan, comm->get(), options);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      ASSERT_TRUE((*engine)
+                      ->InitParameters([](int64_t t, float* p) {
+                        for (int64_t i = 0; i < Layout()[t].numel(); ++i) {
+                          p[i] = std::sin(static_cast<float>(t * 31 + i)) * 0.5f;
+                        }
+                      })
+                      .ok());
+      body(r, **engine, *store);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// One training step with gradients that depend on the rank, the step and the weights.
+absl::Status TrainStep(engine::ZeroEngine& e, int64_t rank) {
+  for (int64_t t = static_cast<int64_t>(Layout().size()) - 1; t >= 0; --t) {
+    std::vector<float> w(static_cast<size_t>(Layout()[t].numel()));
+    ZEROD_RETURN_IF_ERROR(e.Gather(e.UnitOf(t)));
+    ZEROD_RETURN_IF_ERROR(e.ParamToFloat(t, w.data()));
+    ZEROD_RETURN_IF_ERROR(e.Release(e.UnitOf(t)));
+    std::vector<float> g(w.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      g[i] = w[i] - std::cos(static_cast<float>(rank + e.step() * 3 + static_cast<int64_t>(i)));
+    }
+    ZEROD_RETURN_IF_ERROR(e.AccumulateGrad(t, g.data()));
+  }
+  return e.Step().status();
+}
+
+SaveOptions Options(const std::string& root, int64_t keep_last = 0) {
+  SaveOptions o;
+  o.root = root;
+  o.keep_last = keep_last;
+  o.job_id = "test";
+  o.timeout = absl::Minutes(5);
+  return o;
+}
+
+TEST(SaveProtocol, SaveWritesACheckpointThatLoadsAtAnotherWorldSizeAndStage) {
+  const std::string root = TempRoot();
+  std::vector<float> saved;
+  RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    for (int s = 0; s < 2; ++s) ASSERT_TRUE(TrainStep(e, r).ok());
+    SaveOptions o = Options(root);
+    o.user = R"({"epoch": 3})";
+    o.extra = absl::StrCat("buffers of rank ", r);
+    auto out = Save(e, store, nullptr, o);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->step, 2);
+    EXPECT_EQ(out->directory, StepDirectory(fs::absolute(root).string(), 2));
+    EXPECT_GT(out->bytes, 0);
+    auto full = e.FullMasterParameters();
+    ASSERT_TRUE(full.ok());
+    if (r == 0) saved = *full;
+  });
+  ASSERT_TRUE(fs::exists(fs::path(StepDirectory(root, 2)) / kManifestName));
+  for (auto [stage, world] : {std::pair{1, 3}, std::pair{3, 1}}) {
+    RunJob(stage, world, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+      auto loaded = Load(e, store, root, nullptr);
+      ASSERT_TRUE(loaded.ok()) << loaded.status();
+      EXPECT_EQ(loaded->step, 2);
+      EXPECT_EQ(e.step(), 2);
+      EXPECT_EQ(loaded->manifest.user, R"({"epoch": 3})");
+      // A rank the saving world had takes its own bytes, a new one rank 0's.
+      EXPECT_EQ(loaded->extra, absl::StrCat("buffers of rank ", r < 2 ? r : 0));
+      auto full = e.FullMasterParameters();
+      ASSERT_TRUE(full.ok());
+      EXPECT_EQ(*full, saved) << "stage " << stage << " world " << world;
+    });
+  }
+}
+
+TEST(SaveProtocol, KeepLastRemovesOldCheckpointsOnlyAfterTheNewOneIsComplete) {
+  const std::string root = TempRoot();
+  FakeRecorder recorder;
+  // A partial checkpoint older than the new ones (a crashed save) and one newer.
+  fs::create_directories(StepDirectory(root, 0));
+  std::ofstream(fs::path(StepDirectory(root, 0)) / RankFileName(0)) << "half";
+  fs::create_directories(StepDirectory(root, 99));
+  RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    for (int s = 1; s <= 3; ++s) {
+      ASSERT_TRUE(TrainStep(e, r).ok());
+      auto out = Save(e, store, r == 0 ? &recorder : nullptr, Options(root, 2));
+      ASSERT_TRUE(out.ok()) << out.status();
+    }
+  });
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    left.push_back(entry.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step-000000000002", "step-000000000003",
+                                            "step-000000000099"}));
+  // Step 1 was recorded removed only after step 3 was recorded complete.
+  const std::vector<CheckpointRecordInfo> calls = recorder.calls();
+  auto index_of = [&](int64_t step, RecordState state) {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].step == step && calls[i].state == state) return static_cast<int64_t>(i);
+    }
+    return int64_t{-1};
+  };
+  ASSERT_GE(index_of(1, RecordState::kRemoved), 0);
+  EXPECT_GT(index_of(1, RecordState::kRemoved), index_of(3, RecordState::kComplete));
+  EXPECT_LT(index_of(3, RecordState::kSaving), index_of(3, RecordState::kComplete));
+  EXPECT_EQ(index_of(2, RecordState::kRemoved), -1);
+}
+
+TEST(SaveProtocol, ARankThatFailsToWriteMakesSaveFailOnEveryRankQuickly) {
+  const std::string root = TempRoot();
+  RunJob(2, 3, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    ASSERT_TRUE(TrainStep(e, r).ok());
+    ASSERT_TRUE(Save(e, store, nullptr, Options(root)).ok());
+    ASSERT_TRUE(TrainStep(e, r).ok());
+  });
+  // Failure injection: rank 1's temporary file name is taken by a directory, so its write fails.
+  fs::create_directories(fs::path(StepDirectory(root, 2)) / (RankFileName(1) + ".tmp"));
+  RunJob(2, 3, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    ASSERT_TRUE(TrainStep(e, r).ok());
+    ASSERT_TRUE(TrainStep(e, r).ok());
+    const absl::Time start = absl::Now();
+    auto out = Save(e, store, nullptr, Options(root));  // a 5-minute timeout
+    EXPECT_LT(absl::Now() - start, absl::Minutes(2)) << "rank " << r << " waited for the timeout";
+    ASSERT_FALSE(out.ok()) << "rank " << r;
+    EXPECT_THAT(std::string(out.status().message()), HasSubstr("rank 1")) << out.status();
+  });
+  EXPECT_FALSE(fs::exists(fs::path(StepDirectory(root, 2)) / kManifestName));
+  // The previous checkpoint is untouched and still what a load takes.
+  auto latest = LatestComplete(root, nullptr);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, StepDirectory(fs::absolute(root).string(), 1));
+}
+
+// A damaged block that only one rank reads: that rank fails its read, and every rank learns it
+// before the all-gather that rebuilds the parameters (stage 2), instead of waiting in it for the
+// collective timeout.
+TEST(SaveProtocol, ADamagedFileOneRankReadsFailsTheLoadOnEveryRankQuicklyNamingTheFile) {
+  const std::string root = TempRoot();
+  RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    ASSERT_TRUE(TrainStep(e, r).ok());
+    ASSERT_TRUE(Save(e, store, nullptr, Options(root)).ok());
+  });
+  const fs::path damaged = fs::path(StepDirectory(root, 1)) / RankFileName(1);
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.put('\x5a');
+  }
+  RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    const absl::Time start = absl::Now();
+    // Rank 1 of the same world reads exactly rank 1's old file; rank 0 never reads it.
+    auto loaded = Load(e, store, root, nullptr, absl::Minutes(5));
+    EXPECT_LT(absl::Now() - start, absl::Minutes(1)) << "rank " << r << " waited for a timeout";
+    ASSERT_FALSE(loaded.ok()) << "rank " << r;
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(RankFileName(1)))
+        << loaded.status();
+  });
+}
+
+TEST(SaveProtocol, LoadPicksTheNewestCompleteAndSkipsAPartialOne) {
+  const std::string root = TempRoot();
+  std::map<int64_t, std::vector<float>> saved;
+  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    for (int s = 1; s <= 2; ++s) {
+      ASSERT_TRUE(TrainStep(e, r).ok());
+      ASSERT_TRUE(Save(e, store, nullptr, Options(root)).ok());
+      auto full = e.FullMasterParameters();
+      if (r == 0) saved[s] = *full;
+    }
+    ASSERT_TRUE(TrainStep(e, r).ok());
+  });
+  // Step 3: rank files, no manifest (a save that died before completing).
+  fs::create_directories(StepDirectory(root, 3));
+  fs::copy_file(fs::path(StepDirectory(root, 2)) / RankFileName(0),
+                fs::path(StepDirectory(root, 3)) / RankFileName(0));
+  RunJob(2, 2, [&](int64_t, engine::ZeroEngine& e, comm::Store& store) {
+    auto loaded = Load(e, store, root, nullptr);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->step, 2);
+    EXPECT_EQ(*e.FullMasterParameters(), saved[2]);
+    // Named, the partial one is an error, never loaded.
+    auto partial = Load(e, store, StepDirectory(root, 3), nullptr);
+    ASSERT_FALSE(partial.ok());
+    EXPECT_THAT(std::string(partial.status().message()), HasSubstr("partial"));
+    EXPECT_EQ(*e.FullMasterParameters(), saved[2]);
+  });
+}
+
+TEST(SaveProtocol, LoadWithARecorderSkipsADirectoryWhoseRecordIsNotComplete) {
+  const std::string root = TempRoot();
+  FakeRecorder recorder;
+  std::map<int64_t, std::vector<float>> saved;
+  RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    for (int s = 1; s <= 2; ++s) {
+      ASSERT_TRUE(TrainStep(e, r).ok());
+      ASSERT_TRUE(Save(e, store, r == 0 ? &recorder : nullptr, Options(root)).ok());
+      auto full = e.FullMasterParameters();
+      if (r == 0) saved[s] = *full;
+    }
+  });
+  // Step 2 has its manifest, but the coordinator never heard that it completed.
+  recorder.MarkSaving(StepDirectory(fs::absolute(root).string(), 2));
+  RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    auto loaded = Load(e, store, root, r == 0 ? &recorder : nullptr);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->step, 1);
+    EXPECT_EQ(*e.FullMasterParameters(), saved[1]);
+  });
+  // Without the coordinator's word, the manifest alone makes step 2 complete.
+  auto latest = LatestComplete(root, nullptr);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, StepDirectory(fs::absolute(root).string(), 2));
+}
+
+TEST(SaveProtocol, LoadIfAnyFindsNothingOnEveryRankWhereNothingWasSaved) {
+  const std::string root = TempRoot();
+  RunJob(2, 2, [&](int64_t, engine::ZeroEngine& e, comm::Store& store) {
+    auto none = LoadIfAny(e, store, root, nullptr);
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_FALSE(none->has_value());
+    auto loaded = Load(e, store, root, nullptr);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("no complete checkpoint"));
+  });
+}
+
+TEST(SaveProtocol, ASecondSaveOfACompleteStepIsRefusedOnEveryRankAndChangesNothing) {
+  const std::string root = TempRoot();
+  RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    ASSERT_TRUE(TrainStep(e, r).ok());
+    ASSERT_TRUE(Save(e, store, nullptr, Options(root)).ok());
+    auto again = Save(e, store, nullptr, Options(root));
+    EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists) << again.status();
+    EXPECT_THAT(std::string(again.status().message()), HasSubstr("already saved"));
+  });
+  EXPECT_TRUE(Verify(StepDirectory(root, 1)).ok());
+}
+
+TEST(SaveProtocol, BadOptionsAreRefusedNamingTheOption) {
+  RunJob(0, 1, [&](int64_t, engine::ZeroEngine& e, comm::Store& store) {
+    SaveOptions o = Options(TempRoot(), -1);
+    auto out = Save(e, store, nullptr, o);
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(out.status().message()), HasSubstr("keep_last"));
+  });
+}
+
+}  // namespace
+}  // namespace zerod::checkpoint
