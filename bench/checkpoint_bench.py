@@ -10,12 +10,15 @@ Measured in one run, on the same directory (default: a fresh one under $TMPDIR):
     parameter), the time rank 0 reports for the whole save (every rank's file written, fsync'd
     and renamed, the manifest, the coordinator's record);
   - load: `train_mlp --resume` at the same world and at one rank more (resharded), pages dropped
-    first, the slowest rank's time, which includes the collective that rebuilds the parameters;
+    first, the slowest rank's time: whole (choosing, the ranks' agreement, reading, and the cast
+    and all-gather that rebuild the bf16 parameters, as a step's end does) and its reading alone
+    (the part the disk bounds);
   - recovery: `zerorun --max-restarts 1` with rank 1 killed (SIGKILL) after step 3, once from the
     in-memory snapshot (/dev/shm) and once from disk (--snapshot-every 0, a checkpoint every
-    step): from zerorun seeing the death to the first step of the new world, printed by rank 0.
-    From disk, the files just written are still in the page cache: the figure is the restart's
-    cost, not the disk's; the load rows above are the cold disk.
+    step): from zerorun seeing the death to every rank of the new world having restored its
+    state, and to rank 0 printing the first step of the new world (one step's time later). From
+    disk, the bench drops the checkpoint's pages as soon as zerorun reports the death, so the
+    restart reads the disk.
 
 Needs build/bin/{zerod,zerorun,train_mlp}. Prints a table, then one JSON line.
 """
@@ -87,8 +90,9 @@ class Daemon:
         self.proc.wait()
 
 
-def run_job(build, daemon, job, ranks, trainer_args, zerorun_args=()):
-    """Runs zerorun; returns (exit code, [(seconds since start, line)] of stdout and stderr)."""
+def run_job(build, daemon, job, ranks, trainer_args, zerorun_args=(), on_line=None):
+    """Runs zerorun; returns [(seconds since start, line)] of its stdout and stderr, calling
+    on_line(line) as each arrives."""
     argv = [str(build / "bin/zerorun"), "-n", str(ranks), "--endpoint", daemon.endpoint,
             "--job", job, *zerorun_args, "--", str(build / "bin/train_mlp"), *trainer_args]
     start = time.monotonic()
@@ -100,6 +104,8 @@ def run_job(build, daemon, job, ranks, trainer_args, zerorun_args=()):
         for line in stream:
             with lock:
                 lines.append((time.monotonic() - start, line.rstrip("\n")))
+            if on_line is not None:
+                on_line(line)
 
     threads = [threading.Thread(target=pump, args=(s,)) for s in (proc.stdout, proc.stderr)]
     for t in threads:
@@ -147,20 +153,30 @@ def main():
             drop_pages(root)
             lines = run_job(build, daemon, name, world,
                             model + ["--steps", "3", "--checkpoint-dir", root, "--resume"])
-            times = [float(m.group(1)) for m in
-                     (re.search(r"resumed from step 2 .* in ([\d.]+) ms", l) for _, l in lines)
-                     if m]
+            found = [m for m in (re.search(r"resumed from step 2 .* in ([\d.]+) ms \(reading "
+                                           r"([\d.]+) ms\)", l) for _, l in lines) if m]
             results[f"{name}_ranks"] = world
-            results[f"{name}_bytes_per_s"] = ckpt_bytes / (max(times) / 1e3)
+            results[f"{name}_bytes_per_s"] = ckpt_bytes / (max(float(m.group(1)) for m in found) / 1e3)
+            results[f"{name}_read_bytes_per_s"] = ckpt_bytes / (
+                max(float(m.group(2)) for m in found) / 1e3)
+
+        recover = os.path.join(base, "recover")
+
+        def cold(line):
+            # The restart reads the disk, not the pages the save left in the cache.
+            if "zerorun: rank 1 exited" in line and os.path.isdir(recover):
+                drop_pages(recover)
 
         for source, extra in (("memory", ["--snapshot-every", "1"]),
                               ("disk", ["--snapshot-every", "0", "--checkpoint-every", "1",
-                                        "--checkpoint-dir", os.path.join(base, "recover")])):
+                                        "--checkpoint-dir", recover])):
             lines = run_job(build, daemon, f"recover-{source}", args.ranks,
                             model + ["--steps", "5", "--kill-rank-at", "1:3"] + extra,
-                            ["--max-restarts", "1"])
+                            ["--max-restarts", "1"], on_line=cold)
             death = next(t for t, l in lines if re.search(r"zerorun: rank 1 exited", l))
+            restored = max(t for t, l in lines if t > death and "resumed from step 3" in l)
             first = next(t for t, l in lines if t > death and re.match(r"\[rank 0\] step 4 ", l))
+            results[f"recovery_from_{source}_restored_s"] = restored - death
             results[f"recovery_from_{source}_s"] = first - death
     finally:
         daemon.stop()
@@ -173,11 +189,14 @@ def main():
     print(f"  save                  {gbs(results['save_bytes_per_s'])}   "
           f"= {results['save_bytes_per_s'] / results['dd_write_bytes_per_s']:.2f} x dd write")
     for name in ("load", "load_resharded"):
-        v = results[f"{name}_bytes_per_s"]
-        print(f"  {name:<21} {gbs(v)}   = {v / results['dd_read_bytes_per_s']:.2f} x dd read "
-              f"({results[name + '_ranks']} ranks)")
-    print(f"  death -> first step:  from memory {results['recovery_from_memory_s']:.2f} s, "
-          f"from disk {results['recovery_from_disk_s']:.2f} s")
+        v, r = results[f"{name}_bytes_per_s"], results[f"{name}_read_bytes_per_s"]
+        dd = results["dd_read_bytes_per_s"]
+        print(f"  {name:<21} {gbs(v)}   = {v / dd:.2f} x dd read ({results[name + '_ranks']} "
+              f"ranks); reading the files alone {gbs(r)} = {r / dd:.2f} x")
+    for source in ("memory", "disk"):
+        print(f"  recovery from {source:<7} death -> state restored on every rank "
+              f"{results[f'recovery_from_{source}_restored_s']:.2f} s, -> first step done "
+              f"{results[f'recovery_from_{source}_s']:.2f} s")
     print(json.dumps(results))
 
 

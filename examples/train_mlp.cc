@@ -137,10 +137,12 @@ absl::StatusOr<int64_t> ResumeFromNewest(client::TrainerSession& session,
   const checkpoint::LoadedCheckpoint* loaded = &**found;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  std::printf("rank %ld: resumed from step %ld (%s, saved by %ld ranks at stage %d) in %.1f ms\n",
-              static_cast<long>(session.rank()), static_cast<long>(loaded->step),
-              loaded->directory.c_str(), static_cast<long>(loaded->manifest.world_size),
-              loaded->manifest.stage, ms);
+  std::printf(
+      "rank %ld: resumed from step %ld (%s, saved by %ld ranks at stage %d) in %.1f ms (reading "
+      "%.1f ms)\n",
+      static_cast<long>(session.rank()), static_cast<long>(loaded->step), loaded->directory.c_str(),
+      static_cast<long>(loaded->manifest.world_size), loaded->manifest.stage, ms,
+      absl::ToDoubleMilliseconds(loaded->read_time));
   std::fflush(stdout);
   return loaded->step;
 }

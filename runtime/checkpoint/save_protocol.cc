@@ -567,7 +567,9 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadChosen(
   LoadedCheckpoint loaded;
   loaded.step = step;
   loaded.directory = dir;
+  const absl::Time read_start = absl::Now();
   absl::Status read = LoadState(dir, *manifest, engine);
+  loaded.read_time = absl::Now() - read_start;
   if (read.ok()) {
     absl::StatusOr<std::string> extra = ReadExtra(dir, *manifest, rank);
     read = extra.status();

@@ -93,6 +93,9 @@ struct LoadedCheckpoint {
   std::string directory;
   Manifest manifest;
   std::string extra;  // this rank's (ReadExtra)
+  // This rank's reading of the files (LoadState), without the agreement between ranks and the
+  // rebuilding of the parameters that follow: what the disk's bandwidth bounds.
+  absl::Duration read_time;
 };
 
 // The newest complete checkpoint under `root`, or NOT_FOUND naming the root (and the partial ones
