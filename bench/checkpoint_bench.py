@@ -18,7 +18,8 @@ Measured in one run, on the same directory (default: a fresh one under $TMPDIR):
     step): from zerorun seeing the death to every rank of the new world having restored its
     state, and to rank 0 printing the first step of the new world (one step's time later). From
     disk, the bench drops the checkpoint's pages as soon as zerorun reports the death, so the
-    restart reads the disk.
+    restart reads the disk. Then the same with examples/torch/gpt.py (its default GPT, stage 3,
+    zt.snapshot / zt.save / zt.resume), where a restarted rank also starts Python and torch.
 
 Needs build/bin/{zerod,zerorun,train_mlp}. Prints a table, then one JSON line.
 """
@@ -90,11 +91,13 @@ class Daemon:
         self.proc.wait()
 
 
-def run_job(build, daemon, job, ranks, trainer_args, zerorun_args=(), on_line=None):
+def run_job(build, daemon, job, ranks, trainer_args, zerorun_args=(), on_line=None,
+            trainer=None):
     """Runs zerorun; returns [(seconds since start, line)] of its stdout and stderr, calling
     on_line(line) as each arrives."""
     argv = [str(build / "bin/zerorun"), "-n", str(ranks), "--endpoint", daemon.endpoint,
-            "--job", job, *zerorun_args, "--", str(build / "bin/train_mlp"), *trainer_args]
+            "--job", job, *zerorun_args, "--", *(trainer or [str(build / "bin/train_mlp")]),
+            *trainer_args]
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
@@ -164,8 +167,10 @@ def main():
 
         def cold(line):
             # The restart reads the disk, not the pages the save left in the cache.
-            if "zerorun: rank 1 exited" in line and os.path.isdir(recover):
-                drop_pages(recover)
+            if "zerorun: rank 1 exited" in line:
+                for d in (recover, os.path.join(base, "recover-gpt")):
+                    if os.path.isdir(d):
+                        drop_pages(d)
 
         for source, extra in (("memory", ["--snapshot-every", "1"]),
                               ("disk", ["--snapshot-every", "0", "--checkpoint-every", "1",
@@ -178,6 +183,25 @@ def main():
             first = next(t for t, l in lines if t > death and re.match(r"\[rank 0\] step 4 ", l))
             results[f"recovery_from_{source}_restored_s"] = restored - death
             results[f"recovery_from_{source}_s"] = first - death
+
+        # The same on the GPT of examples/torch (zerod.torch: zt.snapshot, zt.save, zt.resume),
+        # where a restarted rank also starts Python and imports torch.
+        gpt = ["/usr/bin/python3", str(ROOT / "examples/torch/gpt.py")]
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"),
+                                                    os.environ.get("PYTHONPATH", "")])
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        recover = os.path.join(base, "recover-gpt")
+        for source, extra in (("memory", ["--snapshot-every", "1"]),
+                              ("disk", ["--snapshot-every", "0", "--checkpoint-every", "1",
+                                        "--checkpoint-dir", recover])):
+            lines = run_job(build, daemon, f"recover-gpt-{source}", args.ranks,
+                            ["--steps", "6", "--stage", "3", "--kill-rank-at", "1:3"] + extra,
+                            ["--max-restarts", "1"], on_line=cold, trainer=gpt)
+            death = next(t for t, l in lines if re.search(r"zerorun: rank 1 exited", l))
+            restored = max(t for t, l in lines if t > death and "resumed from step 3" in l)
+            first = next(t for t, l in lines if t > death and re.match(r"\[rank 0\] step 3 ", l))
+            results[f"gpt_recovery_from_{source}_restored_s"] = restored - death
+            results[f"gpt_recovery_from_{source}_s"] = first - death
     finally:
         daemon.stop()
 
@@ -193,10 +217,11 @@ def main():
         dd = results["dd_read_bytes_per_s"]
         print(f"  {name:<21} {gbs(v)}   = {v / dd:.2f} x dd read ({results[name + '_ranks']} "
               f"ranks); reading the files alone {gbs(r)} = {r / dd:.2f} x")
-    for source in ("memory", "disk"):
-        print(f"  recovery from {source:<7} death -> state restored on every rank "
-              f"{results[f'recovery_from_{source}_restored_s']:.2f} s, -> first step done "
-              f"{results[f'recovery_from_{source}_s']:.2f} s")
+    for model_name, prefix in (("train_mlp", ""), ("GPT", "gpt_")):
+        for source in ("memory", "disk"):
+            print(f"  {model_name} recovery from {source:<7} death -> state restored on every "
+                  f"rank {results[f'{prefix}recovery_from_{source}_restored_s']:.2f} s, -> first "
+                  f"step done {results[f'{prefix}recovery_from_{source}_s']:.2f} s")
     print(json.dumps(results))
 
 

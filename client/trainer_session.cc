@@ -339,6 +339,18 @@ absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> TrainerSession::Load
   return checkpoint::LoadIfAny(*e, *store_, path, rank() == 0 ? recorder_.get() : nullptr, timeout);
 }
 
+absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> TrainerSession::ResumeCheckpoint(
+    const std::vector<std::string>& roots, absl::Duration timeout) {
+  engine::ZeroEngine* e = engine();
+  if (e == nullptr || left_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", options_.job_id,
+        ": resume: ", left_ ? "the session has left its job" : "no engine yet (CreateEngine)"));
+  }
+  return checkpoint::LoadNewestIfAny(*e, *store_, roots, rank() == 0 ? recorder_.get() : nullptr,
+                                     timeout);
+}
+
 absl::Status TrainerSession::Leave() {
   if (left_) return absl::OkStatus();
   left_ = true;

@@ -108,32 +108,21 @@ absl::Status SaveIfDue(client::TrainerSession& session, int64_t step, const Save
 // Loads the newest complete checkpoint of `roots` (the snapshots in memory first, so that a tie
 // is read from memory) and returns its step, or 0 when there is none.
 absl::StatusOr<int64_t> ResumeFromNewest(client::TrainerSession& session,
-                                         const std::vector<std::string>& roots) {
-  const auto start = std::chrono::steady_clock::now();
-  std::string newest;
-  int64_t newest_step = -1;
-  for (const std::string& root : roots) {
-    if (root.empty()) continue;
-    // Every rank finds the same: the files are shared, and Load checks that the ranks agree.
-    absl::StatusOr<std::string> dir = checkpoint::LatestComplete(root, nullptr);
-    if (absl::IsNotFound(dir.status())) continue;
-    if (!dir.ok()) return dir.status();
-    absl::StatusOr<checkpoint::Manifest> manifest = checkpoint::ReadManifest(*dir);
-    if (!manifest.ok()) return manifest.status();
-    if (manifest->step > newest_step) {
-      newest_step = manifest->step;
-      newest = *dir;
-    }
+                                         const std::vector<std::string>& given) {
+  std::vector<std::string> roots;
+  for (const std::string& root : given) {
+    if (!root.empty()) roots.push_back(root);
   }
-  if (newest.empty()) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> found =
+      roots.empty() ? std::optional<checkpoint::LoadedCheckpoint>()
+                    : session.ResumeCheckpoint(roots);
+  if (!found.ok()) return found.status();
+  if (!found->has_value()) {
     std::printf("rank %ld: no checkpoint to resume from; starting at step 1\n",
                 static_cast<long>(session.rank()));
     return 0;
   }
-  absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> found =
-      session.LoadCheckpoint(newest);
-  if (!found.ok()) return found.status();
-  if (!found->has_value()) return absl::NotFoundError(absl::StrCat(newest, " vanished"));
   const checkpoint::LoadedCheckpoint* loaded = &**found;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -357,10 +346,15 @@ int main(int argc, char** argv) {
       if (attempt == 0 && rank == kill_save_rank && step == kill_save_step) {
         checkpoint::SetSaveFailureInjectionForTesting(&KillInSave);
       }
+      // A snapshot that fails (shared memory full) costs the fast restart, not the run: every
+      // rank gets the same error and trains on; the durable checkpoint is the fallback.
       status = SaveIfDue(*session, step, {snapshot_dir, snapshot_every, 2, false});
-      if (status.ok()) {
-        status = SaveIfDue(*session, step, {checkpoint_dir, checkpoint_every, keep_last, true});
+      if (!status.ok()) {
+        std::fprintf(stderr, "train_mlp: rank %ld: snapshot of step %ld skipped: %s\n",
+                     static_cast<long>(rank), static_cast<long>(step),
+                     std::string(status.message()).c_str());
       }
+      status = SaveIfDue(*session, step, {checkpoint_dir, checkpoint_every, keep_last, true});
       if (!status.ok()) return Fail(rank, status);
       if (attempt == 0 && rank == kill_rank && step == kill_step) {
         std::printf("rank %ld: failure injection: SIGKILL after step %ld\n",

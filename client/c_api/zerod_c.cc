@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <memory>
@@ -21,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/layout_json.h"
 #include "client/trainer_session.h"
@@ -471,34 +473,21 @@ int zerod_engine_save(zerod_session* s, const char* root, int64_t keep_last, int
   return Report(absl::OkStatus());
 }
 
-int zerod_checkpoint_latest(const char* root, int64_t* step_out, char** directory_out) {
-  if (root == nullptr || *root == '\0') return Fail(Invalid("latest: no root directory"));
-  if (step_out == nullptr || directory_out == nullptr) return Fail(Invalid("no output pointer"));
-  *step_out = -1;
-  *directory_out = nullptr;
-  absl::StatusOr<std::string> dir = zerod::checkpoint::LatestComplete(root, nullptr);
-  if (absl::IsNotFound(dir.status())) return Report(absl::OkStatus());
-  if (!dir.ok()) return Fail(dir.status());
-  absl::StatusOr<zerod::checkpoint::Manifest> manifest = zerod::checkpoint::ReadManifest(*dir);
-  if (!manifest.ok()) return Fail(manifest.status());
-  auto copy = Copy(*dir);
-  if (!copy.ok()) return Fail(copy.status());
-  *directory_out = *copy;
-  *step_out = manifest->step;
-  return Report(absl::OkStatus());
-}
+namespace {
 
-int zerod_engine_load(zerod_session* s, const char* path, int64_t* step_out, char** user_out,
-                      char** extra_out, int64_t* extra_len_out, char** directory_out) {
-  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
-  if (path == nullptr || *path == '\0') return Fail(Invalid("load: no checkpoint path"));
-  if (step_out == nullptr) return Fail(Invalid("no output pointer"));
+// Load and resume: checks the outputs, runs `load`, and hands out what it loaded.
+int LoadInto(
+    zerod_session* s, const char* what,
+    const std::function<absl::StatusOr<std::optional<zerod::checkpoint::LoadedCheckpoint>>()>& load,
+    int64_t* step_out, char** user_out, char** extra_out, int64_t* extra_len_out,
+    char** directory_out) {
+  if (step_out == nullptr) return Fail(Invalid(absl::StrCat(what, ": no output pointer")));
   for (char** out : {user_out, extra_out, directory_out}) {
     if (out != nullptr) *out = nullptr;
   }
   if (extra_len_out != nullptr) *extra_len_out = 0;
   *step_out = -1;
-  auto loaded = s->session->LoadCheckpoint(path);
+  auto loaded = load();
   if (!loaded.ok()) return Fail(loaded.status());
   if (!loaded->has_value()) return Report(absl::OkStatus());
   const zerod::checkpoint::LoadedCheckpoint& l = **loaded;
@@ -522,6 +511,27 @@ int zerod_engine_load(zerod_session* s, const char* path, int64_t* step_out, cha
   if (extra_len_out != nullptr) *extra_len_out = static_cast<int64_t>(l.extra.size());
   *step_out = l.step;
   return Report(Synced(s, absl::OkStatus()));
+}
+
+}  // namespace
+
+int zerod_engine_load(zerod_session* s, const char* path, int64_t* step_out, char** user_out,
+                      char** extra_out, int64_t* extra_len_out, char** directory_out) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  if (path == nullptr || *path == '\0') return Fail(Invalid("load: no checkpoint path"));
+  return LoadInto(
+      s, "load", [&] { return s->session->LoadCheckpoint(path); }, step_out, user_out, extra_out,
+      extra_len_out, directory_out);
+}
+
+int zerod_engine_resume(zerod_session* s, const char* roots, int64_t* step_out, char** user_out,
+                        char** extra_out, int64_t* extra_len_out, char** directory_out) {
+  if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
+  if (roots == nullptr || *roots == '\0') return Fail(Invalid("resume: no checkpoint roots"));
+  std::vector<std::string> list = absl::StrSplit(roots, '\n', absl::SkipEmpty());
+  return LoadInto(
+      s, "resume", [&] { return s->session->ResumeCheckpoint(list); }, step_out, user_out,
+      extra_out, extra_len_out, directory_out);
 }
 
 }  // extern "C"

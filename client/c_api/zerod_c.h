@@ -87,10 +87,7 @@ int zerod_engine_synchronize(zerod_session* session);
 int zerod_engine_save(zerod_session* session, const char* root, int64_t keep_last, int record,
                       const char* user, const char* extra, int64_t extra_len, int64_t* step_out,
                       char** directory_out);
-/* The newest complete checkpoint under `root`, by its files alone (no collective, no session):
- * *step_out its step and *directory_out its directory (free with zerod_free), or -1 and NULL
- * when there is none. */
-int zerod_checkpoint_latest(const char* root, int64_t* step_out, char** directory_out);
+
 /* Loads `path`, a checkpoint directory or a root whose newest complete checkpoint is taken,
  * resharded to this job's world and stage (a collective). *step_out: the step loaded, or -1 when
  * `path` is a root holding no complete checkpoint (nothing is loaded, the outputs below are NULL
@@ -100,6 +97,12 @@ int zerod_checkpoint_latest(const char* root, int64_t* step_out, char** director
  * zerod_free. */
 int zerod_engine_load(zerod_session* session, const char* path, int64_t* step_out, char** user_out,
                       char** extra_out, int64_t* extra_len_out, char** directory_out);
+/* As zerod_engine_load, of the newest complete checkpoint among `roots`, newline-separated (the
+ * in-memory snapshots first: an earlier root wins a tie), rank 0 deciding for every rank with the
+ * coordinator's records: what a restarted trainer resumes from. *step_out -1: none anywhere. */
+int zerod_engine_resume(zerod_session* session, const char* roots, int64_t* step_out,
+                        char** user_out, char** extra_out, int64_t* extra_len_out,
+                        char** directory_out);
 
 #ifdef __cplusplus
 }

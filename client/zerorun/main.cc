@@ -15,13 +15,15 @@
 // daemon and starts the world again, up to K times: at the same size (a replacement for the lost
 // rank), or with --min-ranks M one rank smaller each time, down to M. Every rank gets
 // ZEROD_RESTART (0 on the first attempt) and ZEROD_SNAPSHOT_DIR, a directory in shared memory
-// (/dev/shm) that outlives the trainers, for their in-memory checkpoints; the trainers restore the
+// (/dev/shm/zerod-UID-JOB-XXXXXX, this zerorun's own) that outlives the trainers, for their
+// in-memory checkpoints; the trainers restore the
 // newest complete checkpoint, resharded to the new world (docs/ARCHITECTURE.md, "Elastic
 // recovery"). The snapshot directory is removed when zerorun ends.
 //
 // zerorun exits with the failed rank's code (128 + signal when it was killed) once it gives up,
 // 0 when a world finishes cleanly. Usage errors exit 2.
 
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -42,20 +44,19 @@
 namespace {
 
 // A directory in shared memory for the ranks' in-memory checkpoints: on tmpfs, so it costs RAM
-// rather than disk and survives the trainer processes, not the node. Empty when there is none.
+// rather than disk and survives the trainer processes, not the node. Made afresh for this zerorun
+// (mkdtemp: 0700, a name nobody else has), so that neither another user nor another zerorun of
+// the same job can read, replace or remove what it holds. Empty when there is none.
 std::string SnapshotDirectory(const std::string& job) {
   std::error_code ec;
   if (!std::filesystem::is_directory("/dev/shm", ec)) return "";
   std::string safe;
-  for (char c : job)
-    safe +=
-        (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
-  const std::filesystem::path dir =
-      std::filesystem::path("/dev/shm") / ("zerod-" + std::to_string(getuid())) / safe;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return "";
-  std::filesystem::permissions(dir.parent_path(), std::filesystem::perms::owner_all, ec);
-  return dir.string();
+  for (char c : job.substr(0, 64)) {
+    safe += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
+  }
+  std::string pattern = "/dev/shm/zerod-" + std::to_string(getuid()) + "-" + safe + "-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) return "";
+  return pattern;
 }
 
 // Ends the job at the daemon once its world failed, so that the next world forms it again at once
@@ -170,7 +171,7 @@ int main(int argc, char** argv) {
     // the dead ranks retrying their joins.
     const bool restarting = !outcome.interrupted && attempt < max_restarts;
     EndGeneration(endpoint, job, *token, restarting ? absl::Seconds(20) : absl::Seconds(2));
-    if (outcome.interrupted) break;
+    if (outcome.interrupted || zerod::zerorun::InterruptPending()) break;
     if (attempt == max_restarts) {
       if (max_restarts > 0) {
         std::cerr << "zerorun: giving up after " << max_restarts << " restart(s)\n";

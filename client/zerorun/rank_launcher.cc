@@ -148,6 +148,16 @@ void Drain(std::vector<Rank>& procs) {
 
 }  // namespace
 
+bool InterruptPending() {
+  const int sfd = SignalDescriptor();
+  for (pollfd ready{sfd, POLLIN, 0}; poll(&ready, 1, 0) > 0;) {
+    signalfd_siginfo info{};
+    if (read(sfd, &info, sizeof(info)) != sizeof(info)) return false;
+    if (info.ssi_signo != SIGCHLD) return true;
+  }
+  return false;
+}
+
 WorldOutcome RunWorld(const WorldSpec& spec) {
   WorldOutcome outcome;
   const int sfd = SignalDescriptor();
@@ -164,7 +174,10 @@ WorldOutcome RunWorld(const WorldSpec& spec) {
 
   int alive = spec.ranks;
   bool stopping = false;
-  long kill_deadline_ms = -1;
+  // When the ranks still alive after a failure get SIGKILL: 5 s of the clock, however often
+  // their output wakes the loop.
+  bool kill_pending = false;
+  std::chrono::steady_clock::time_point kill_at;
   std::chrono::steady_clock::time_point first_death;
   auto stop_all = [&](int signal) {
     for (auto& p : procs) {
@@ -177,10 +190,10 @@ WorldOutcome RunWorld(const WorldSpec& spec) {
       if (p.out >= 0) fds.push_back({p.out, POLLIN, 0});
       if (p.err >= 0) fds.push_back({p.err, POLLIN, 0});
     }
-    poll(fds.data(), fds.size(), kill_deadline_ms >= 0 ? 100 : 1000);
-    if (kill_deadline_ms >= 0 && (kill_deadline_ms -= 100) <= 0) {
+    poll(fds.data(), fds.size(), kill_pending ? 100 : 1000);
+    if (kill_pending && std::chrono::steady_clock::now() >= kill_at) {
       stop_all(SIGKILL);
-      kill_deadline_ms = -1;
+      kill_pending = false;
     }
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info{};
@@ -210,7 +223,8 @@ WorldOutcome RunWorld(const WorldSpec& spec) {
                        procs[r].code);
           stopping = true;
           stop_all(SIGTERM);
-          kill_deadline_ms = 5000;
+          kill_at = first_death + std::chrono::seconds(5);
+          kill_pending = true;
         }
       }
     }

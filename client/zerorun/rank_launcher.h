@@ -31,6 +31,10 @@ struct WorldOutcome {
 // signalfd).
 WorldOutcome RunWorld(const WorldSpec& spec);
 
+// Whether SIGINT or SIGTERM reached zerorun since the last world ended (between worlds nobody
+// forwards them): a restart must not start a world the user asked to stop.
+bool InterruptPending();
+
 }  // namespace zerod::zerorun
 
 #endif  // ZEROD_CLIENT_ZERORUN_RANK_LAUNCHER_H_

@@ -154,7 +154,11 @@ def main():
         if zt is not None:
             done = step + 1  # optimizer steps taken: the checkpoint's step
             if args.snapshot_every and done % args.snapshot_every == 0:
-                zt.snapshot()
+                try:
+                    zt.snapshot()
+                except zt.ZerodError as e:  # shared memory full: the durable checkpoint remains
+                    print(f"rank {rank}: snapshot of step {done} skipped: {e}", file=sys.stderr,
+                          flush=True)
             if args.checkpoint_dir and args.checkpoint_every and done % args.checkpoint_every == 0:
                 zt.save(args.checkpoint_dir, keep_last=args.keep_last)
             if attempt == 0 and rank == kill_rank and done == kill_step:

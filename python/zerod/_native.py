@@ -83,8 +83,11 @@ def _declare(lib):
         "zerod_engine_save": (ctypes.c_int, [s, ctypes.c_char_p, i64, ctypes.c_int,
                                              ctypes.c_char_p, ctypes.c_char_p, i64,
                                              ctypes.POINTER(i64), ctypes.POINTER(ctypes.c_void_p)]),
-        "zerod_checkpoint_latest": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(i64),
-                                                   ctypes.POINTER(ctypes.c_void_p)]),
+        "zerod_engine_resume": (ctypes.c_int, [s, ctypes.c_char_p, ctypes.POINTER(i64),
+                                               ctypes.POINTER(ctypes.c_void_p),
+                                               ctypes.POINTER(ctypes.c_void_p),
+                                               ctypes.POINTER(i64),
+                                               ctypes.POINTER(ctypes.c_void_p)]),
         "zerod_engine_load": (ctypes.c_int, [s, ctypes.c_char_p, ctypes.POINTER(i64),
                                              ctypes.POINTER(ctypes.c_void_p),
                                              ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(i64),
@@ -126,21 +129,6 @@ def _json_out(fn, handle):
         return json.loads(ctypes.string_at(out.value).decode())
     finally:
         library().zerod_free(out)
-
-
-def latest_checkpoint(root):
-    """(step, directory) of the newest complete checkpoint under `root`, by its files, or None."""
-    lib = library()
-    step = ctypes.c_int64()
-    directory = ctypes.c_void_p()
-    _check(lib.zerod_checkpoint_latest(os.fsencode(root), ctypes.byref(step),
-                                       ctypes.byref(directory)))
-    if step.value < 0:
-        return None
-    try:
-        return step.value, ctypes.string_at(directory.value).decode()
-    finally:
-        lib.zerod_free(directory)
 
 
 class Session:
@@ -224,16 +212,25 @@ class Session:
     def load(self, path):
         """(step, user text, extra bytes, directory), or None when `path` is a root holding no
         complete checkpoint (a collective)."""
+        return self._loaded(self._lib.zerod_engine_load, os.fsencode(path))
+
+    def resume(self, roots):
+        """As load, of the newest complete checkpoint among `roots` (earlier ones win a tie)."""
+        return self._loaded(self._lib.zerod_engine_resume,
+                            b"\n".join(os.fsencode(r) for r in roots))
+
+    def _loaded(self, fn, where):
         step = ctypes.c_int64()
         user, extra, directory = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
         extra_len = ctypes.c_int64()
-        _check(self._lib.zerod_engine_load(
-            self._handle, os.fsencode(path), ctypes.byref(step), ctypes.byref(user),
-            ctypes.byref(extra), ctypes.byref(extra_len), ctypes.byref(directory)))
+        _check(fn(self._handle, where, ctypes.byref(step), ctypes.byref(user),
+                  ctypes.byref(extra), ctypes.byref(extra_len), ctypes.byref(directory)))
         if step.value < 0:
             return None
-        return (step.value, self._take(user).decode(), self._take(extra, extra_len.value),
-                self._take(directory).decode())
+        # Every buffer is taken (and freed) before anything is decoded.
+        taken = (self._take(user), self._take(extra, extra_len.value), self._take(directory))
+        return (step.value, taken[0].decode("utf-8", "replace"), taken[1],
+                os.fsdecode(taken[2]))
 
     def _take(self, pointer, size=None):
         """The bytes a zerod_* call returned, freed."""

@@ -1,6 +1,7 @@
 // manifest.json: the Manifest as JSON, and back. Checksums are 16 hex digits (a JSON number is
 // not a safe place for a uint64); runs are [offset, numel] pairs.
 
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -139,8 +140,18 @@ Manifest FromJson(const json& j) {
   const json& scale = At(c, "counters", "loss_scale");
   if (!scale.is_number()) throw BadField("counters.loss_scale", "is not a number");
   m.counters.loss_scaler.scale = scale.get<double>();
-  m.counters.loss_scaler.clean_steps = Int(c, "counters", "clean_steps");
-  m.counters.loss_scaler.hysteresis_left = Int(c, "counters", "hysteresis_left");
+  m.counters.loss_scaler.clean_steps = NonNegative(c, "counters", "clean_steps");
+  m.counters.loss_scaler.hysteresis_left = NonNegative(c, "counters", "hysteresis_left");
+  // A restored run takes these as they are: a scale of 0 would zero every gradient.
+  if (!std::isfinite(m.counters.loss_scaler.scale) || m.counters.loss_scaler.scale <= 0) {
+    throw BadField("counters.loss_scale", "is not a finite number above 0");
+  }
+  if (m.counters.applied_steps > m.counters.steps_taken) {
+    throw BadField("counters.applied_steps", "is more than counters.steps_taken");
+  }
+  if (m.step != m.counters.steps_taken) {
+    throw BadField("step", "is not counters.steps_taken");
+  }
   m.world_size = NonNegative(j, "", "world_size");
   const int64_t stage = Int(j, "", "stage");
   if (stage < 0 || stage > 3) throw BadField("stage", "is not 0-3");

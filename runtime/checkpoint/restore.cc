@@ -79,8 +79,10 @@ absl::StatusOr<std::string> ReadExtra(const std::string& dir, const Manifest& ma
   const int64_t index = rank >= 0 && rank < static_cast<int64_t>(manifest.files.size()) ? rank : 0;
   if (manifest.files.empty()) return std::string();
   const RankFile& file = manifest.files[static_cast<size_t>(index)];
-  std::string extra(static_cast<size_t>(file.extra_bytes), '\0');
   internal::CheckedFiles files(dir, manifest, 1);
+  // The file is there at the manifest's size before anything as large as it says is allocated.
+  ZEROD_RETURN_IF_ERROR(files.Open(index));
+  std::string extra(static_cast<size_t>(file.extra_bytes), '\0');
   ZEROD_RETURN_IF_ERROR(files.Read(index, 12 * file.numel, file.extra_bytes, extra.data()));
   return extra;
 }

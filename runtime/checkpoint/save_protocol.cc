@@ -176,7 +176,9 @@ absl::StatusOr<std::vector<StepDir>> Scan(const std::string& root, Recorder* rec
   ZEROD_ASSIGN_OR_RETURN(auto records, RecordsByDirectory(recorder));
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     const int64_t step = StepOfName(it->path().filename().string());
-    if (step < 0 || !it->is_directory()) continue;
+    // A link (an operator's "best" pointing at a checkpoint) is not one of ours to count or
+    // remove: removing through it would break the checkpoint it points at.
+    if (step < 0 || it->is_symlink(ec) || !it->is_directory(ec)) continue;
     StepDir d{step, Absolute(it->path().string()), "", false};
     auto record = records.find(d.dir);
     d.recorded = record != records.end();
@@ -276,14 +278,16 @@ absl::Status RemoveStepDirectory(const StepDir& d, Recorder* recorder,
 }
 
 // After step `step` is complete: keeps it and the keep_last - 1 newest complete ones before it,
-// and removes every older partial one.
+// and removes every older partial one. Only directories of this job: with a recorder, those it
+// has records of (another job sharing the root may be writing a partial one right now); without
+// one (an in-memory snapshot, in a directory of its own), every one.
 absl::Status Prune(const std::string& root, int64_t step, int64_t keep_last, Recorder* recorder,
                    const CheckpointRecordInfo& template_record) {
   if (keep_last <= 0) return absl::OkStatus();
   ZEROD_ASSIGN_OR_RETURN(std::vector<StepDir> dirs, Scan(root, recorder));
   int64_t kept = 1;  // the new one
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    if (it->step >= step) continue;
+    if (it->step >= step || (recorder != nullptr && !it->recorded)) continue;
     if (it->partial_because.empty() && kept < keep_last) {
       ++kept;
       continue;
@@ -318,7 +322,8 @@ absl::Status Begin(const std::string& dir, Recorder* recorder, const CheckpointR
   if (ec) {
     return absl::InternalError(absl::StrCat("checkpoint: cannot create ", dir, ": ", ec.message()));
   }
-  return absl::OkStatus();
+  // The new directory's entry reaches the disk before any older checkpoint can be removed.
+  return internal::SyncDirectory(fs::path(dir).parent_path().string());
 }
 
 // Rank 0, once every rank's entry is in: the manifest, the record, keep_last.
@@ -348,7 +353,14 @@ absl::StatusOr<int64_t> Finish(engine::ZeroEngine& engine, const std::string& ro
   if (recorder != nullptr) {
     record.state = RecordState::kComplete;
     record.bytes = bytes;
-    ZEROD_RETURN_IF_ERROR(recorder->Record(record));
+    if (absl::Status recorded = recorder->Record(record); !recorded.ok()) {
+      // Complete on disk but not on the coordinator's side: take the manifest back, so that no
+      // reader counts it complete while the record says saving (a load would refuse it).
+      std::error_code ec;
+      fs::remove(fs::path(dir) / kManifestName, ec);
+      (void)internal::SyncDirectory(dir);
+      return recorded;
+    }
   }
   // The new checkpoint is complete: an error removing old ones loses nothing, so it is logged,
   // not returned.
@@ -589,6 +601,29 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadIfAny(engine::ZeroEngine& en
                                                           const std::string& path,
                                                           Recorder* recorder,
                                                           absl::Duration timeout) {
+  std::string nothing;
+  return LoadChosen(engine, store, path, recorder, timeout, nothing);
+}
+
+absl::StatusOr<std::optional<LoadedCheckpoint>> LoadNewestIfAny(
+    engine::ZeroEngine& engine, comm::Store& store, const std::vector<std::string>& roots,
+    Recorder* recorder, absl::Duration timeout) {
+  if (roots.empty()) return absl::InvalidArgumentError("checkpoint: no roots to load from");
+  // Only rank 0's path is read (it chooses for everyone): the others pass the first root.
+  std::string path = roots.front();
+  if (engine.rank() == 0) {
+    int64_t newest = -1;
+    for (const std::string& root : roots) {
+      absl::StatusOr<std::string> dir = LatestComplete(root, recorder);
+      if (absl::IsNotFound(dir.status())) continue;
+      ZEROD_RETURN_IF_ERROR(dir.status());
+      const int64_t step = StepOfName(fs::path(*dir).filename().string());
+      if (step > newest) {
+        newest = step;
+        path = *dir;
+      }
+    }
+  }
   std::string nothing;
   return LoadChosen(engine, store, path, recorder, timeout, nothing);
 }

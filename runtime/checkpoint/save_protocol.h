@@ -102,6 +102,13 @@ struct LoadedCheckpoint {
 // it skipped). With a recorder, its complete records decide which directories count.
 absl::StatusOr<std::string> LatestComplete(const std::string& root, Recorder* recorder);
 
+// The newest complete checkpoint among several roots (an earlier root wins a tie: put the
+// in-memory snapshots first), loaded as LoadIfAny loads one; nullopt on every rank when no root
+// holds one. Rank 0 decides with `recorder`, so "complete" means here what it means to Load.
+absl::StatusOr<std::optional<LoadedCheckpoint>> LoadNewestIfAny(
+    engine::ZeroEngine& engine, comm::Store& store, const std::vector<std::string>& roots,
+    Recorder* recorder, absl::Duration timeout = absl::Minutes(10));
+
 // Loads `path`: a checkpoint directory, or a root whose newest complete checkpoint is taken.
 // Every rank calls it (Restore is a collective). A failed load (every rank returns the error) may
 // have written part of the state: load again before training on. Rank 0 chooses the directory

@@ -216,16 +216,20 @@ TEST(CApi, SaveAndLoadACheckpointWithItsUserTextAndExtraBytes) {
   const std::string saved_dir = dir;
   zerod_free(dir);
   EXPECT_EQ(saved_dir, root + "/step-000000000000");
-  // Found by its files alone, without a session.
-  int64_t latest_step = -7;
-  char* latest = nullptr;
-  ASSERT_EQ(zerod_checkpoint_latest(root.c_str(), &latest_step, &latest), 0) << zerod_last_error();
-  EXPECT_EQ(latest_step, 0);
-  EXPECT_EQ(std::string(latest), saved_dir);
-  zerod_free(latest);
-  ASSERT_EQ(zerod_checkpoint_latest((root + "-none").c_str(), &latest_step, &latest), 0);
-  EXPECT_EQ(latest_step, -1);
-  EXPECT_EQ(latest, nullptr);
+  // Resume: the newest of several roots (one without any checkpoint), and none anywhere.
+  ASSERT_EQ(zerod_engine_resume(s, (root + "-none\n" + root).c_str(), &step, nullptr, nullptr,
+                                nullptr, &dir),
+            0)
+      << zerod_last_error();
+  EXPECT_EQ(step, 0);
+  EXPECT_EQ(std::string(dir), saved_dir);
+  zerod_free(dir);
+  ASSERT_EQ(
+      zerod_engine_resume(s, (root + "-none").c_str(), &step, nullptr, nullptr, nullptr, &dir), 0);
+  EXPECT_EQ(step, -1);
+  EXPECT_EQ(dir, nullptr);
+  EXPECT_EQ(zerod_engine_resume(s, "", &step, nullptr, nullptr, nullptr, nullptr),
+            kInvalidArgument);
 
   ASSERT_EQ(zerod_engine_load(s, root.c_str(), &step, &user, &extra, &extra_len, &dir), 0)
       << zerod_last_error();

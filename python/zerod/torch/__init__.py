@@ -28,7 +28,6 @@ import os
 
 import torch
 
-from zerod import _native
 from zerod._native import INVALID_ARGUMENT, FAILED_PRECONDITION, Session, ZerodError
 from zerod.torch import _layout
 from zerod.torch._memory import DTYPES
@@ -510,8 +509,10 @@ def load(directory):
     rank. As DeepSpeed's engine.load_checkpoint(dir), which returns the client state."""
     rt = _require()
     loaded = rt.session.load(os.fspath(directory))
-    if loaded is None:
-        return None
+    return None if loaded is None else _restored(rt, loaded)
+
+
+def _restored(rt, loaded):
     step, user, extra, path = loaded
     _restore_module_state(rt, extra, path)
     return Checkpoint(step, json.loads(user) if user else {}, path)
@@ -540,14 +541,12 @@ def resume(directory=None):
             ...; opt.step(); zt.snapshot()
             if step % 100 == 99: zt.save("ckpts", keep_last=3)
     """
-    _require()
-    newest = None
-    for root in (os.environ.get("ZEROD_SNAPSHOT_DIR"), directory):
-        if root and os.path.isdir(root):
-            found = _native.latest_checkpoint(os.fspath(root))
-            if found is not None and (newest is None or found[0] > newest[0]):
-                newest = found
-    return None if newest is None else load(newest[1])
+    rt = _require()
+    roots = [r for r in (os.environ.get("ZEROD_SNAPSHOT_DIR"), directory) if r]
+    if not roots:
+        return None
+    loaded = rt.session.resume([os.fspath(r) for r in roots])
+    return None if loaded is None else _restored(rt, loaded)
 
 
 def memory_stats():

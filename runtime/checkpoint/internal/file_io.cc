@@ -153,6 +153,13 @@ absl::Status ReadOnlyFile::ReadAt(int64_t offset, int64_t bytes, char* out) cons
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   auto file = ReadOnlyFile::Open(path);
   if (!file.ok()) return file.status();
+  // A manifest is read whole: one that claims more than any checkpoint needs (its block
+  // checksums of 12 TB of state come to about 60 MB) is not allocated.
+  constexpr int64_t kMaxWholeFileBytes = int64_t{1} << 30;
+  if (file->size() > kMaxWholeFileBytes) {
+    return absl::DataLossError(absl::StrCat(path, " is ", file->size(), " bytes, more than the ",
+                                            kMaxWholeFileBytes, " a manifest may be"));
+  }
   std::string contents(static_cast<size_t>(file->size()), '\0');
   absl::Status s = file->ReadAt(0, file->size(), contents.data());
   if (!s.ok()) return s;

@@ -74,6 +74,7 @@ class ReadOnlyFile {
   int64_t size_ = 0;
 };
 
+// A small file (a manifest) whole; DATA_LOSS for one over 1 GiB, which no manifest needs.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 }  // namespace zerod::checkpoint::internal

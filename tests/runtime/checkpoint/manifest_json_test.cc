@@ -1,6 +1,10 @@
 // The manifest survives its JSON exactly, and a manifest that does not add up is refused naming
 // the field or file at fault.
 
+#include <functional>
+#include <utility>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/checkpoint_files.h"
@@ -84,6 +88,22 @@ TEST(ManifestJson, SizesChecksumsAndDigestsThatDoNotAddUpAreRefused) {
   text.replace(text.find("\"format_version\": 1"), 19, "\"format_version\": 9");
   EXPECT_THAT(std::string(ManifestFromJson(text, "m.json").status().message()),
               HasSubstr("field 'format_version' is 9; this build reads 1"));
+}
+
+// A restored run takes the counters as they are: a loss scale of 0 would zero every gradient.
+TEST(ManifestJson, CountersARestoredRunCouldNotTrainOnAreRefused) {
+  for (auto [field, bad] : std::vector<std::pair<std::string, std::function<void(Manifest&)>>>{
+           {"counters.loss_scale", [](Manifest& m) { m.counters.loss_scaler.scale = 0; }},
+           {"counters.hysteresis_left",
+            [](Manifest& m) { m.counters.loss_scaler.hysteresis_left = -1; }},
+           {"counters.applied_steps", [](Manifest& m) { m.counters.applied_steps = 8; }},
+           {"'step'", [](Manifest& m) { m.step = 6; }}}) {
+    Manifest m = TwoRankManifest();
+    bad(m);
+    auto back = ManifestFromJson(ManifestToJson(m), "m.json");
+    ASSERT_FALSE(back.ok()) << field;
+    EXPECT_THAT(std::string(back.status().message()), HasSubstr(field));
+  }
 }
 
 }  // namespace

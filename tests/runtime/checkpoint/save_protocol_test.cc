@@ -57,6 +57,10 @@ class FakeRecorder final : public Recorder {
  public:
   absl::Status Record(const CheckpointRecordInfo& record) override {
     MutexLock lock(&mu_);
+    if (fail_complete_ && record.state == RecordState::kComplete) {
+      fail_complete_ = false;
+      return absl::UnavailableError("failure injection: the coordinator is gone");
+    }
     calls_.push_back(record);
     latest_[record.directory] = record;
     return absl::OkStatus();
@@ -71,6 +75,11 @@ class FakeRecorder final : public Recorder {
     MutexLock lock(&mu_);
     return calls_;
   }
+  // Failure injection: the next record of a complete checkpoint fails.
+  void FailNextComplete() {
+    MutexLock lock(&mu_);
+    fail_complete_ = true;
+  }
   // Says `dir` is still being saved, as after a crash between the manifest and the record.
   void MarkSaving(const std::string& dir) {
     MutexLock lock(&mu_);
@@ -82,6 +91,7 @@ class FakeRecorder final : public Recorder {
   Mutex mu_;
   std::vector<CheckpointRecordInfo> calls_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, CheckpointRecordInfo> latest_ ABSL_GUARDED_BY(mu_);
+  bool fail_complete_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 std::string TempRoot() {
@@ -183,12 +193,22 @@ TEST(SaveProtocol, SaveWritesACheckpointThatLoadsAtAnotherWorldSizeAndStage) {
 TEST(SaveProtocol, KeepLastRemovesOldCheckpointsOnlyAfterTheNewOneIsComplete) {
   const std::string root = TempRoot();
   FakeRecorder recorder;
-  // A partial checkpoint older than the new ones (a crashed save) and one newer.
+  // Step 1: a save of this job that crashed (recorded saving, no manifest). Step 0: a partial
+  // directory this job has no record of: another job sharing the root, still writing. Step 99:
+  // newer. A link named like a step, pointing at a checkpoint kept elsewhere.
   fs::create_directories(StepDirectory(root, 0));
   std::ofstream(fs::path(StepDirectory(root, 0)) / RankFileName(0)) << "half";
+  fs::create_directories(StepDirectory(root, 1));
+  std::ofstream(fs::path(StepDirectory(root, 1)) / RankFileName(0)) << "half";
+  recorder.MarkSaving(StepDirectory(fs::absolute(root).string(), 1));
   fs::create_directories(StepDirectory(root, 99));
+  const std::string elsewhere = TempRoot();
+  fs::create_directories(elsewhere);
+  std::ofstream(fs::path(elsewhere) / kManifestName) << "{}";
+  fs::create_directory_symlink(elsewhere, StepDirectory(root, 5));
   RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    for (int s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(TrainStep(e, r).ok());  // saves at steps 2, 3, 4
+    for (int s = 2; s <= 4; ++s) {
       ASSERT_TRUE(TrainStep(e, r).ok());
       auto out = Save(e, store, r == 0 ? &recorder : nullptr, Options(root, 2));
       ASSERT_TRUE(out.ok()) << out.status();
@@ -199,9 +219,11 @@ TEST(SaveProtocol, KeepLastRemovesOldCheckpointsOnlyAfterTheNewOneIsComplete) {
     left.push_back(entry.path().filename().string());
   }
   std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{"step-000000000002", "step-000000000003",
-                                            "step-000000000099"}));
-  // Step 1 was recorded removed only after step 3 was recorded complete.
+  EXPECT_EQ(left,
+            (std::vector<std::string>{"step-000000000000", "step-000000000003", "step-000000000004",
+                                      "step-000000000005", "step-000000000099"}));
+  EXPECT_TRUE(fs::exists(fs::path(elsewhere) / kManifestName)) << "removed through a link";
+  // Step 2 was recorded removed only after step 4 was recorded complete.
   const std::vector<CheckpointRecordInfo> calls = recorder.calls();
   auto index_of = [&](int64_t step, RecordState state) {
     for (size_t i = 0; i < calls.size(); ++i) {
@@ -209,10 +231,34 @@ TEST(SaveProtocol, KeepLastRemovesOldCheckpointsOnlyAfterTheNewOneIsComplete) {
     }
     return int64_t{-1};
   };
-  ASSERT_GE(index_of(1, RecordState::kRemoved), 0);
-  EXPECT_GT(index_of(1, RecordState::kRemoved), index_of(3, RecordState::kComplete));
-  EXPECT_LT(index_of(3, RecordState::kSaving), index_of(3, RecordState::kComplete));
-  EXPECT_EQ(index_of(2, RecordState::kRemoved), -1);
+  ASSERT_GE(index_of(2, RecordState::kRemoved), 0);
+  EXPECT_GT(index_of(2, RecordState::kRemoved), index_of(4, RecordState::kComplete));
+  EXPECT_LT(index_of(4, RecordState::kSaving), index_of(4, RecordState::kComplete));
+  EXPECT_GE(index_of(1, RecordState::kRemoved), 0) << "this job's crashed save stays";
+  EXPECT_EQ(index_of(3, RecordState::kRemoved), -1);
+}
+
+// The manifest is written but the coordinator cannot record the checkpoint complete: the save
+// fails everywhere and takes its manifest back, so no reader counts complete what the record
+// says is saving; the previous checkpoint is still the newest complete one.
+TEST(SaveProtocol, ACheckpointTheCoordinatorCannotRecordCompleteIsNotLeftLookingComplete) {
+  const std::string root = TempRoot();
+  FakeRecorder recorder;
+  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    ASSERT_TRUE(TrainStep(e, r).ok());
+    ASSERT_TRUE(Save(e, store, r == 0 ? &recorder : nullptr, Options(root)).ok());
+    ASSERT_TRUE(TrainStep(e, r).ok());
+    if (r == 0) recorder.FailNextComplete();
+    auto out = Save(e, store, r == 0 ? &recorder : nullptr, Options(root));
+    ASSERT_FALSE(out.ok()) << "rank " << r;
+    EXPECT_THAT(std::string(out.status().message()), HasSubstr("the coordinator is gone"));
+  });
+  EXPECT_FALSE(fs::exists(fs::path(StepDirectory(root, 2)) / kManifestName));
+  for (Recorder* with : {static_cast<Recorder*>(&recorder), static_cast<Recorder*>(nullptr)}) {
+    auto latest = LatestComplete(root, with);
+    ASSERT_TRUE(latest.ok()) << latest.status();
+    EXPECT_EQ(*latest, StepDirectory(fs::absolute(root).string(), 1));
+  }
 }
 
 TEST(SaveProtocol, ARankThatFailsToWriteMakesSaveFailOnEveryRankQuickly) {
