@@ -90,6 +90,32 @@ absl::StatusOr<int64_t> NextCall(comm::Store& store, int64_t rank) {
   return store.Add(absl::StrCat("ckpt/calls/", rank), 1);
 }
 
+// The store keys of one Save or Load call, listed by rank 0 under `ckpt/keys/<call>`, so that a
+// later call can delete them: a job that snapshots every step would otherwise fill its store quota
+// (world + 2 keys a save).
+absl::Status RememberKeys(comm::Store& store, int64_t call, const std::vector<std::string>& keys) {
+  return store.Set(absl::StrCat("ckpt/keys/", call), absl::StrJoin(keys, "\n"));
+}
+
+// Deletes call `call`'s keys. Rank 0 calls it for the previous call once every rank has reached
+// this one's rendezvous, so nobody still waits on them. Best effort: a key left costs a little
+// of the quota, a failed delete is no reason to fail a save.
+void ForgetKeys(comm::Store& store, int64_t call) {
+  const std::string list_key = absl::StrCat("ckpt/keys/", call);
+  absl::StatusOr<std::string> list = store.Get(list_key, absl::ZeroDuration());
+  if (!list.ok()) return;
+  for (absl::string_view key : absl::StrSplit(*list, '\n', absl::SkipEmpty())) {
+    (void)store.Delete(std::string(key));
+  }
+  (void)store.Delete(list_key);
+}
+
+std::vector<std::string> RankKeys(const std::string& prefix, int64_t world) {
+  std::vector<std::string> keys;
+  for (int64_t r = 0; r < world; ++r) keys.push_back(absl::StrCat(prefix, r));
+  return keys;
+}
+
 absl::Duration Remaining(absl::Time deadline) {
   return std::max(absl::ZeroDuration(), deadline - absl::Now());
 }
@@ -417,6 +443,10 @@ absl::StatusOr<SavedCheckpoint> Save(engine::ZeroEngine& engine, comm::Store& st
   CheckpointRecordInfo record{step, dir, world, engine.plan().stage(), RecordState::kSaving, 0};
   // 1. Rank 0 says whether the save may go ahead.
   if (rank == 0) {
+    std::vector<std::string> keys = RankKeys(prefix + "rank/", world);
+    keys.push_back(prefix + "start");
+    keys.push_back(done_key);
+    ZEROD_RETURN_IF_ERROR(RememberKeys(store, call, keys));
     absl::Status begun = Begin(dir, recorder, record);
     if (!begun.ok()) begun = Named(begun, context);
     ZEROD_RETURN_IF_ERROR(store.Set(prefix + "start", EncodeStatus(begun)));
@@ -468,6 +498,8 @@ absl::StatusOr<SavedCheckpoint> Save(engine::ZeroEngine& engine, comm::Store& st
     if (!other.ok()) return fail(other.status());
     files.push_back(*std::move(other));
   }
+  // Every rank reached this call: the previous call's keys are read by nobody any more.
+  ForgetKeys(store, call - 1);
   absl::StatusOr<int64_t> bytes =
       Finish(engine, root, dir, options, std::move(files), recorder, record);
   if (!bytes.ok()) return fail(Named(bytes.status(), context));
@@ -536,6 +568,10 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadChosen(
           absl::OkStatus(),
           absl::StrCat("D ", manifest->step, " ", manifest->created_unix_ms, "\n", choice->dir));
     }
+    std::vector<std::string> keys = RankKeys(key + "/rank/", world);
+    for (std::string& k : RankKeys(key + "/read/", world)) keys.push_back(std::move(k));
+    keys.push_back(key);
+    ZEROD_RETURN_IF_ERROR(RememberKeys(store, call, keys));
     ZEROD_RETURN_IF_ERROR(store.Set(key, published));
   } else {
     ZEROD_ASSIGN_OR_RETURN(published, Await(store, key, deadline,
@@ -572,6 +608,8 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadChosen(
   if (mine.ok()) mine = CheckLayout(*manifest, engine.plan().tensors(), dir);
   ZEROD_RETURN_IF_ERROR(Agree(store, absl::StrCat(key, "/rank/"), rank, world, mine, deadline,
                               timeout, absl::StrCat("check ", dir)));
+  // Every rank reached this call: the previous call's keys are read by nobody any more.
+  if (rank == 0) ForgetKeys(store, call - 1);
 
   // Each rank reads its own part; a damaged block only one rank reads fails that rank, so every
   // rank again learns every verdict before FinishRestore's collective (stages 1-2 all-gather the

@@ -23,6 +23,9 @@
 // `ckpt/load/<n>`, each rank's check of it under `ckpt/load/<n>/rank/<r>` and, after reading its
 // part, its verdict under `ckpt/load/<n>/read/<r>`: all learn every failure before the collective
 // that rebuilds the parameters.
+// Rank 0 lists each call's keys under `ckpt/keys/<n>` and deletes call n-1's once every rank has
+// reached call n's rendezvous (nobody reads them any more), so a job that snapshots every step
+// keeps a few keys in its store, not world + 2 per save.
 // A crash at any moment leaves the previous complete checkpoint as it was; the new directory
 // has no manifest (partial) or the coordinator's record still says saving.
 //

@@ -261,6 +261,29 @@ TEST(SaveProtocol, ACheckpointTheCoordinatorCannotRecordCompleteIsNotLeftLooking
   }
 }
 
+// A job that saves every step keeps a few keys in its store, not world + 2 per save: each call's
+// keys go once every rank has reached the next call.
+TEST(SaveProtocol, SavesAndLoadsLeaveOnlyTheLastCallsKeysInTheStore) {
+  const std::string root = TempRoot();
+  std::vector<std::string> probes;
+  RunJob(2, 3, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    for (int s = 1; s <= 4; ++s) {
+      ASSERT_TRUE(TrainStep(e, r).ok());
+      ASSERT_TRUE(Save(e, store, nullptr, Options(root, 2)).ok());
+    }
+    ASSERT_TRUE(LoadIfAny(e, store, root, nullptr).ok());
+    ASSERT_TRUE(TrainStep(e, r).ok());
+    ASSERT_TRUE(Save(e, store, nullptr, Options(root, 2)).ok());
+    if (r != 0) return;
+    // Calls 1-4 saved steps 1-4, call 5 loaded step 4, call 6 saved step 5.
+    for (const char* gone : {"ckpt/1/1/start", "ckpt/3/3/rank/2", "ckpt/4/4/done", "ckpt/load/5",
+                             "ckpt/load/5/rank/1", "ckpt/keys/4"}) {
+      EXPECT_FALSE(store.Get(gone, absl::ZeroDuration()).ok()) << gone << " was left";
+    }
+    EXPECT_TRUE(store.Get("ckpt/5/6/done", absl::ZeroDuration()).ok());
+  });
+}
+
 TEST(SaveProtocol, ARankThatFailsToWriteMakesSaveFailOnEveryRankQuickly) {
   const std::string root = TempRoot();
   RunJob(2, 3, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
