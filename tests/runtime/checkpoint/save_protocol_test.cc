@@ -174,7 +174,9 @@ TEST(SaveProtocol, SaveWritesACheckpointThatLoadsAtAnotherWorldSizeAndStage) {
     if (r == 0) saved = *full;
   });
   ASSERT_TRUE(fs::exists(fs::path(StepDirectory(root, 2)) / kManifestName));
-  for (auto [stage, world] : {std::pair{1, 3}, std::pair{3, 1}}) {
+  for (auto [stage_value, world_value] : {std::pair{1, 3}, std::pair{3, 1}}) {
+    const int stage = stage_value;  // clang 14 lambdas cannot capture structured bindings
+    const int64_t world = world_value;
     RunJob(stage, world, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
       auto loaded = Load(e, store, root, nullptr);
       ASSERT_TRUE(loaded.ok()) << loaded.status();
