@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${ZEROD_FUZZ_BUILD_DIR:-build-fuzz}
 all_targets=(units_fuzz layout_json_fuzz c_api_options_fuzz plan_inputs_fuzz job_records_fuzz
-             sqlite_state_fuzz grpc_handlers_fuzz)
+             sqlite_state_fuzz grpc_handlers_fuzz checkpoint_manifest_fuzz)
 
 build() {
   [ "${ZEROD_FUZZ_NO_BUILD:-}" = 1 ] && return 0
