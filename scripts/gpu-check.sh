@@ -4,7 +4,8 @@
 # visible GPU, the engine at stages 0-3 on the GPU against the CPU runtime, stage-3 gathers on
 # their own communicator and stream, train_mlp on GPUs under a real zerod), then the fused-Adam
 # benchmark beside a device-to-device copy and one step at 2^28 parameters; between them the
-# PyTorch front end (python/zerod) on CUDA with the machine's own Python and torch. Writes summary.txt
+# PyTorch front end (python/zerod) on CUDA with the machine's own Python and torch; train_gpu_test
+# also saves a checkpoint from GPU memory and resumes it at another stage. Writes summary.txt
 # and the raw logs under $OUT when it is set. About 2 minutes.
 #
 #   scripts/gpu-check.sh [BUILD_DIR]     (default: build)
