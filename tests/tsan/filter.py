@@ -10,7 +10,7 @@ thread that gRPC created.
 
 So a data race is dropped only when no racing access was made by our code: in each access's stack
 the first frame that is not the C++ standard library, abseil, protobuf, generated code (zerod::v1)
-or a TSan interceptor is gRPC's, or there is no code of ours on the stack at all (a library
+or a TSan interceptor is gRPC's or OpenSSL's, or there is no code of ours on the stack at all (a library
 working on a library's thread: any instrumented caller of ours would be on the stack). Every other
 report, and every other kind of report (lock-order inversion, use after free, ...), is kept.
 Reports named in suppressions.txt never reach the logs.
@@ -27,6 +27,8 @@ PASSIVE = re.compile(r'^(std::|__gnu_cxx::|__cxxabiv1::|google::protobuf::|zerod
                      r'|absl::|operator new|operator delete|__tsan|__interceptor|__sanitizer)')
 GRPC = re.compile(r'^(grpc::|grpc_|grpc_core::|grpc_event_engine::|grpc_impl::|gpr_|tsi_|upb_)')
 GRPC_MODULE = re.compile(r'^lib(grpc|gpr|address_sorting|upb)')
+# OpenSSL (gRPC's TLS), not built with TSan: its frames are a library's, never ours.
+LIBRARY_MODULE = re.compile(r'^lib(ssl|crypto)\.')
 PASSIVE_MODULE = re.compile(r'^lib(stdc\+\+|protobuf|absl_|c\.so|m\.so)')
 ANNOTATIONS = 'tests/tsan/absl_sync_annotations.cc'  # calls abseil on behalf of its caller
 ACCESS = re.compile(r'^  (Previous )?(atomic )?(read|write|Read|Write) of size')
@@ -66,6 +68,8 @@ def owner(stack):
     for fn, module, source in stack:
         if GRPC.match(fn) or GRPC_MODULE.match(module):
             return 'grpc'
+        if LIBRARY_MODULE.match(module):
+            return 'library'
         if PASSIVE.match(fn) or PASSIVE_MODULE.match(module) or source.endswith(ANNOTATIONS):
             continue
         if not source and not module.startswith('lib'):
