@@ -32,7 +32,8 @@ Manifest TwoRankManifest() {
   m.total_numel = 10;
   m.files = {{0, RankFileName(0), {{0, 3}, {6, 2}}, 5, 4, 64, 0xfedcba9876543210ull, {42}},
              {1, RankFileName(1), {{3, 3}, {8, 2}}, 5, 0, 60, 1, {2}}};
-  m.user = std::string("binary \xff\x00 position", 20);
+  constexpr char kUser[] = "binary \xff\x00 position";  // not UTF-8, and a NUL inside
+  m.user = std::string(kUser, sizeof(kUser) - 1);
   m.created_unix_ms = 1764800000000;
   return m;
 }
