@@ -48,6 +48,9 @@ constexpr double kSameRun = 1e-6;
 constexpr double kOtherWorld = 1e-5;
 
 TEST(Elastic, AKilledRankIsReplacedFromTheInMemorySnapshotAndTheRunEndsAsIfUninterrupted) {
+  if (!std::filesystem::is_directory("/dev/shm")) {
+    GTEST_SKIP() << "no /dev/shm: zerorun gives its ranks no snapshot directory here";
+  }
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   TempDir checkpoints;
