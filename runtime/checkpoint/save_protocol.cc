@@ -477,18 +477,21 @@ absl::StatusOr<SavedCheckpoint> Save(engine::ZeroEngine& engine, comm::Store& st
 
   // 4. The others wait for rank 0's outcome (or the first rank's error).
   if (rank != 0) {
-    ZEROD_ASSIGN_OR_RETURN(
-        std::string done,
-        Await(store, done_key, deadline, "rank 0 did not complete the save", options.timeout));
+    ZEROD_ASSIGN_OR_RETURN(std::string done,
+                           Await(store, done_key, absl::Now() + options.timeout,
+                                 "rank 0 did not complete the save", options.timeout));
     return outcome(done);
   }
 
-  // 3. Rank 0 collects every entry, completes the checkpoint and publishes the outcome.
+  // 3. Rank 0 collects every entry, completes the checkpoint and publishes the outcome. The
+  // waits are counted from the end of its own write, not from the start of the save: a file
+  // that takes longer than the timeout to write is no reason to fail.
   std::vector<RankFile> files{*std::move(file)};
+  const absl::Time collect_deadline = absl::Now() + options.timeout;
   for (int64_t r = 1; r < world; ++r) {
     const std::string key = absl::StrCat(prefix, "rank/", r);
     absl::StatusOr<std::string> entry =
-        Await(store, key, deadline, absl::StrCat("rank ", r, " did not report its file"),
+        Await(store, key, collect_deadline, absl::StrCat("rank ", r, " did not report its file"),
               options.timeout);
     // A rank's own error already names it; a timeout names the rank waited for.
     if (!entry.ok()) return fail(Named(entry.status(), context));

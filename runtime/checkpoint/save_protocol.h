@@ -78,7 +78,9 @@ struct SaveOptions {
   // coordinator's records list durable checkpoints only). Such a checkpoint is complete when its
   // manifest is in place, and Load takes it when given its directory or root explicitly.
   bool record = true;
-  absl::Duration timeout = absl::Minutes(10);  // for the waits on other ranks
+  // How long a rank waits for the others: for rank 0's start, and from the end of its own write
+  // for their files and the outcome (a slow disk is no timeout; a rank that never comes is).
+  absl::Duration timeout = absl::Minutes(10);
 };
 
 struct SavedCheckpoint {

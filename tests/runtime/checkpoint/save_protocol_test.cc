@@ -286,6 +286,24 @@ TEST(SaveProtocol, SavesAndLoadsLeaveOnlyTheLastCallsKeysInTheStore) {
   });
 }
 
+// A slow disk is no timeout: each rank waits for the others from the end of its own write, so
+// files that take longer to write than the timeout still make a checkpoint.
+void SlowDisk(const std::string&, int64_t) { absl::SleepFor(absl::Milliseconds(1500)); }
+
+TEST(SaveProtocol, FilesThatTakeLongerToWriteThanTheTimeoutStillMakeACheckpoint) {
+  const std::string root = TempRoot();
+  SetSaveFailureInjectionForTesting(&SlowDisk);
+  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    ASSERT_TRUE(TrainStep(e, r).ok());
+    SaveOptions o = Options(root);
+    o.timeout = absl::Seconds(1);
+    auto out = Save(e, store, nullptr, o);
+    EXPECT_TRUE(out.ok()) << "rank " << r << ": " << out.status();
+  });
+  SetSaveFailureInjectionForTesting(nullptr);
+  EXPECT_TRUE(fs::exists(fs::path(StepDirectory(root, 1)) / kManifestName));
+}
+
 TEST(SaveProtocol, ARankThatFailsToWriteMakesSaveFailOnEveryRankQuickly) {
   const std::string root = TempRoot();
   RunJob(2, 3, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
