@@ -38,6 +38,12 @@ std::string ShownDirectory(const std::string& directory) {
   return absl::StrCat("'", ShownKey(directory), "'");
 }
 
+// The states a record may hold (not UNSPECIFIED, not a number this build does not know).
+bool KnownState(v1::CheckpointState state) {
+  return state == v1::CHECKPOINT_SAVING || state == v1::CHECKPOINT_COMPLETE ||
+         state == v1::CHECKPOINT_REMOVED;
+}
+
 bool SameShape(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b) {
   return a.directory() == b.directory() && a.world_size() == b.world_size() &&
          a.stage() == b.stage();
@@ -85,8 +91,7 @@ absl::Status CheckCheckpointArgs(const std::string& job_id, const v1::Checkpoint
   if (r.stage() < 0 || r.stage() > 3) {
     return absl::InvalidArgumentError(absl::StrCat(about, "stage ", r.stage(), " is not 0-3"));
   }
-  if (r.state() != v1::CHECKPOINT_SAVING && r.state() != v1::CHECKPOINT_COMPLETE &&
-      r.state() != v1::CHECKPOINT_REMOVED) {
+  if (!KnownState(r.state())) {
     return absl::InvalidArgumentError(
         absl::StrCat(about, StateName(r.state()), " is not one of saving, complete, removed"));
   }
@@ -114,8 +119,7 @@ std::optional<v1::CheckpointRecord> DecodeCheckpoint(const std::string& job_id,
     *problem = absl::StrCat("it names job '", ShownJobId(r.job_id()), "' step ", r.step());
     return std::nullopt;
   }
-  if (r.state() != v1::CHECKPOINT_SAVING && r.state() != v1::CHECKPOINT_COMPLETE &&
-      r.state() != v1::CHECKPOINT_REMOVED) {
+  if (!KnownState(r.state())) {
     *problem = absl::StrCat("its ", StateName(r.state()), " is unknown");
     return std::nullopt;
   }

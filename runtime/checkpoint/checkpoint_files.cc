@@ -2,10 +2,12 @@
 
 #include "runtime/checkpoint/checkpoint_files.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -47,6 +49,19 @@ absl::Status NoManifest(const std::string& dir) {
 
 std::string StepDirectory(const std::string& root, int64_t step) {
   return absl::StrFormat("%s/step-%012d", root, step);
+}
+
+int64_t StepOfDirectoryName(const std::string& name) {
+  constexpr absl::string_view kPrefix = "step-";
+  constexpr size_t kDigits = 12;
+  int64_t step = -1;
+  if (name.size() != kPrefix.size() + kDigits || !absl::StartsWith(name, kPrefix) ||
+      !std::all_of(name.begin() + kPrefix.size(), name.end(),
+                   [](char c) { return c >= '0' && c <= '9'; }) ||
+      !absl::SimpleAtoi(name.substr(kPrefix.size()), &step)) {
+    return -1;
+  }
+  return step;
 }
 
 std::string RankFileName(int64_t rank) { return absl::StrFormat("rank-%05d.shard", rank); }

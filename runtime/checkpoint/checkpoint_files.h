@@ -36,6 +36,8 @@ inline constexpr char kManifestName[] = "manifest.json";
 
 // `<root>/step-<step, 12 digits>`.
 std::string StepDirectory(const std::string& root, int64_t step);
+// The step of a directory named as StepDirectory names one (`step-` and 12 digits), or -1.
+int64_t StepOfDirectoryName(const std::string& name);
 // `rank-<rank, 5 digits>.shard`.
 std::string RankFileName(int64_t rank);
 

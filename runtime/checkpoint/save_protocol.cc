@@ -150,16 +150,15 @@ bool HasManifest(const std::string& dir) {
   return fs::exists(fs::path(dir) / kManifestName, ec);
 }
 
-// The step of a directory named like StepDirectory's, or -1.
-int64_t StepOfName(const std::string& name) {
-  constexpr size_t kDigits = 12;
-  int64_t step = -1;
-  if (name.size() != 5 + kDigits || !absl::StartsWith(name, "step-") ||
-      !std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      !absl::SimpleAtoi(name.substr(5), &step)) {
-    return -1;
+// Takes `dir`'s manifest away (the directory synced), so that what is left is recognisably
+// partial: before its files are removed or replaced, or when the coordinator could not record it.
+absl::Status RemoveManifest(const std::string& dir) {
+  std::error_code ec;
+  if (fs::remove(fs::path(dir) / kManifestName, ec); ec) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint: cannot remove ", dir, "/", kManifestName, ": ", ec.message()));
   }
-  return step;
+  return internal::SyncDirectory(dir);
 }
 
 const char* StateName(RecordState s) {
@@ -201,7 +200,7 @@ absl::StatusOr<std::vector<StepDir>> Scan(const std::string& root, Recorder* rec
   if (!fs::is_directory(root, ec)) return out;
   ZEROD_ASSIGN_OR_RETURN(auto records, RecordsByDirectory(recorder));
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    const int64_t step = StepOfName(it->path().filename().string());
+    const int64_t step = StepOfDirectoryName(it->path().filename().string());
     // A link (an operator's "best" pointing at a checkpoint) is not one of ours to count or
     // remove: removing through it would break the checkpoint it points at.
     if (step < 0 || it->is_symlink(ec) || !it->is_directory(ec)) continue;
@@ -247,7 +246,8 @@ absl::StatusOr<Choice> Choose(const std::string& path, Recorder* recorder) {
                      " is not a directory (expected a checkpoint root or "
                      "a step directory)"));
   }
-  const bool is_checkpoint = HasManifest(abs) || StepOfName(fs::path(abs).filename().string()) >= 0;
+  const bool is_checkpoint =
+      HasManifest(abs) || StepOfDirectoryName(fs::path(abs).filename().string()) >= 0;
   if (is_checkpoint) {
     // One directory asked for by name: it loads or it is an error, never something else.
     if (!exists) return absl::NotFoundError(absl::StrCat("checkpoint: ", abs, " does not exist"));
@@ -290,12 +290,8 @@ absl::Status RemoveStepDirectory(const StepDir& d, Recorder* recorder,
     removed.bytes = 0;
     ZEROD_RETURN_IF_ERROR(recorder->Record(removed));
   }
+  ZEROD_RETURN_IF_ERROR(RemoveManifest(d.dir));
   std::error_code ec;
-  if (fs::remove(fs::path(d.dir) / kManifestName, ec); ec) {
-    return absl::InternalError(
-        absl::StrCat("checkpoint: cannot remove ", d.dir, "/", kManifestName, ": ", ec.message()));
-  }
-  ZEROD_RETURN_IF_ERROR(internal::SyncDirectory(d.dir));
   if (fs::remove_all(d.dir, ec); ec) {
     return absl::InternalError(
         absl::StrCat("checkpoint: cannot remove ", d.dir, ": ", ec.message()));
@@ -336,11 +332,7 @@ absl::Status Begin(const std::string& dir, Recorder* recorder, const CheckpointR
     }
     // The manifest of a save the coordinator never recorded complete: not a checkpoint; it goes
     // before any rank file is replaced.
-    std::error_code ec;
-    if (fs::remove(fs::path(dir) / kManifestName, ec); ec) {
-      return absl::InternalError(absl::StrCat("checkpoint: cannot remove the stale ", dir, "/",
-                                              kManifestName, ": ", ec.message()));
-    }
+    ZEROD_RETURN_IF_ERROR(RemoveManifest(dir));
   }
   if (recorder != nullptr) ZEROD_RETURN_IF_ERROR(recorder->Record(saving));
   std::error_code ec;
@@ -382,9 +374,7 @@ absl::StatusOr<int64_t> Finish(engine::ZeroEngine& engine, const std::string& ro
     if (absl::Status recorded = recorder->Record(record); !recorded.ok()) {
       // Complete on disk but not on the coordinator's side: take the manifest back, so that no
       // reader counts it complete while the record says saving (a load would refuse it).
-      std::error_code ec;
-      fs::remove(fs::path(dir) / kManifestName, ec);
-      (void)internal::SyncDirectory(dir);
+      (void)RemoveManifest(dir);
       return recorded;
     }
   }
@@ -658,7 +648,7 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadNewestIfAny(
       absl::StatusOr<std::string> dir = LatestComplete(root, recorder);
       if (absl::IsNotFound(dir.status())) continue;
       ZEROD_RETURN_IF_ERROR(dir.status());
-      const int64_t step = StepOfName(fs::path(*dir).filename().string());
+      const int64_t step = StepOfDirectoryName(fs::path(*dir).filename().string());
       if (step > newest) {
         newest = step;
         path = *dir;
