@@ -236,6 +236,12 @@ struct Choice {
   std::string nothing_because;
 };
 
+// Rank 0's choice with its manifest, read once: what it publishes and then loads.
+struct ChosenManifest {
+  Choice choice;
+  Manifest manifest;  // of choice.dir, when there is one
+};
+
 absl::StatusOr<Choice> Choose(const std::string& path, Recorder* recorder) {
   const std::string abs = Absolute(path);
   std::error_code ec;
@@ -258,7 +264,6 @@ absl::StatusOr<Choice> Choose(const std::string& path, Recorder* recorder) {
           absl::StrCat("checkpoint: ", abs, " is partial: the coordinator's record says ",
                        StateName(r->second.state), " (its save did not finish)"));
     }
-    ZEROD_RETURN_IF_ERROR(ReadManifest(abs).status());
     return Choice{abs, ""};
   }
   ZEROD_ASSIGN_OR_RETURN(std::vector<StepDir> dirs, Scan(abs, recorder));
@@ -545,21 +550,23 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadChosen(
 
   // Rank 0 chooses: "D <step> <created ms>\n<dir>", "N\n<why nothing>", or an error.
   std::string published;
+  std::optional<Manifest> chosen_manifest;  // rank 0's, read once
   if (rank == 0) {
-    absl::StatusOr<Choice> choice = Choose(path, recorder);
-    absl::StatusOr<Manifest> manifest = choice.ok() && !choice->dir.empty()
-                                            ? ReadManifest(choice->dir)
-                                            : absl::StatusOr<Manifest>(Manifest{});
-    if (!choice.ok()) {
-      published = EncodeStatus(choice.status());
-    } else if (!manifest.ok()) {
-      published = EncodeStatus(manifest.status());
-    } else if (choice->dir.empty()) {
-      published = EncodeStatus(absl::OkStatus(), "N\n" + choice->nothing_because);
+    absl::StatusOr<ChosenManifest> chosen = [&]() -> absl::StatusOr<ChosenManifest> {
+      ZEROD_ASSIGN_OR_RETURN(Choice choice, Choose(path, recorder));
+      if (choice.dir.empty()) return ChosenManifest{std::move(choice), Manifest{}};
+      ZEROD_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(choice.dir));
+      return ChosenManifest{std::move(choice), std::move(manifest)};
+    }();
+    if (!chosen.ok()) {
+      published = EncodeStatus(chosen.status());
+    } else if (chosen->choice.dir.empty()) {
+      published = EncodeStatus(absl::OkStatus(), "N\n" + chosen->choice.nothing_because);
     } else {
-      published = EncodeStatus(
-          absl::OkStatus(),
-          absl::StrCat("D ", manifest->step, " ", manifest->created_unix_ms, "\n", choice->dir));
+      const Manifest& m = chosen->manifest;
+      published = EncodeStatus(absl::OkStatus(), absl::StrCat("D ", m.step, " ", m.created_unix_ms,
+                                                              "\n", chosen->choice.dir));
+      chosen_manifest = std::move(chosen->manifest);
     }
     std::vector<std::string> keys = RankKeys(key + "/rank/", world);
     for (std::string& k : RankKeys(key + "/read/", world)) keys.push_back(std::move(k));
@@ -590,7 +597,8 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadChosen(
   // Every rank checks that it sees rank 0's checkpoint (a directory every rank shares), and all
   // learn each other's verdict before Restore's collective, so nobody waits in it for a rank
   // that gave up.
-  absl::StatusOr<Manifest> manifest = ReadManifest(dir);
+  absl::StatusOr<Manifest> manifest =
+      chosen_manifest ? absl::StatusOr<Manifest>(*std::move(chosen_manifest)) : ReadManifest(dir);
   absl::Status mine = manifest.status();
   if (mine.ok() && (manifest->step != step || manifest->created_unix_ms != created_ms)) {
     mine = absl::FailedPreconditionError(absl::StrCat(
