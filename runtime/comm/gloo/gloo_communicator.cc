@@ -7,13 +7,14 @@
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/comm/gloo/element_sum.h"
 #include "runtime/comm/gloo/store_adapter.h"
-#include "runtime/common/half.h"
 
 namespace zerod::comm {
 
@@ -21,6 +22,7 @@ struct GlooCommunicator::Op {
   std::string name;
   int64_t sent = 0;
   int64_t received = 0;
+  bool small = false;  // travels inline: the caller may run it (RunOrWait)
   std::function<void()> body;
 
   // The first outcome wins: completion, a Work's abort, or the communicator's.
@@ -60,7 +62,11 @@ class GlooWork final : public Work {
   GlooWork(GlooCommunicator* owner, std::shared_ptr<GlooCommunicator::Op> op)
       : owner_(owner), op_(std::move(op)) {}
 
-  absl::Status Wait(absl::Duration timeout) override { return op_->Wait(timeout); }
+  // A finished op is only read (its communicator may be gone: the destructor finishes every op).
+  absl::Status Wait(absl::Duration timeout) override {
+    if (op_->done()) return op_->Wait(timeout);
+    return owner_->RunOrWait(op_, timeout);
+  }
   // The other ranks cannot skip a collective that this one gives up on, so the communicator is
   // aborted with it. A finished op needs nothing (and its communicator may be gone by then: the
   // destructor finishes every op).
@@ -87,90 +93,11 @@ void IgnoreSigpipe() {
   });
 }
 
-template <typename Convert, typename Back>
-void AddHalf(void* c, const void* a, const void* b, size_t n, Convert to_float, Back back) {
-  auto* out = static_cast<uint16_t*>(c);
-  const auto* x = static_cast<const uint16_t*>(a);
-  const auto* y = static_cast<const uint16_t*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = back(to_float(x[i]) + to_float(y[i]));
-}
-
-// c[i] = a[i] + b[i] in `dtype`, rounding half types after each addition.
-void Add(DType dtype, void* c, const void* a, const void* b, size_t n) {
-  switch (dtype) {
-    case DType::kFloat32: {
-      auto* out = static_cast<float*>(c);
-      const auto* x = static_cast<const float*>(a);
-      const auto* y = static_cast<const float*>(b);
-      for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
-      return;
-    }
-    case DType::kBFloat16:
-      return AddHalf(c, a, b, n, Bf16ToFloat, FloatToBf16);
-    case DType::kFloat16:
-      return AddHalf(c, a, b, n, Fp16ToFloat, FloatToFp16);
-  }
-}
-
 std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
-// What a rank is about to do, exchanged with both ring neighbours before every collective.
-struct Descriptor {
-  int64_t sequence = 0;
-  int64_t kind = 0;  // index into kKinds
-  int64_t count = 0;
-  int64_t dtype = 0;
-};
-constexpr const char* kKinds[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                  "barrier"};
-
-std::string Describe(const Descriptor& d) {
-  const int64_t kind = d.kind >= 0 && d.kind < 5 ? d.kind : 0;
-  return absl::StrCat("#", d.sequence, " ", kKinds[kind], "(",
-                      DTypeName(static_cast<DType>(d.dtype)), " x ", d.count, ")");
-}
-
-int64_t KindIndex(absl::string_view name) {
-  for (int64_t i = 0; i < 5; ++i) {
-    if (name == kKinds[i]) return i;
-  }
-  return 0;
-}
-
 }  // namespace
-
-void GlooCommunicator::Handshake(absl::string_view kind, int64_t count, DType dtype) {
-  ++sequence_;
-  if (world_size_ == 1) return;
-  // Ranks that disagree on a collective must not reach Gloo with different sizes: its transport
-  // aborts the process on a length mismatch. Equal-sized descriptors are always safe.
-  const Descriptor mine{sequence_, KindIndex(kind), count, static_cast<int64_t>(dtype)};
-  Descriptor from_prev, from_next;
-  const int next = static_cast<int>((rank_ + 1) % world_size_);
-  const int prev = static_cast<int>((rank_ + world_size_ - 1) % world_size_);
-  auto out = context_->createUnboundBuffer(const_cast<Descriptor*>(&mine), sizeof(mine));
-  auto in_prev = context_->createUnboundBuffer(&from_prev, sizeof(from_prev));
-  auto in_next = context_->createUnboundBuffer(&from_next, sizeof(from_next));
-  const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
-  const auto timeout = Millis(options_.timeout);
-  out->send(next, slot);
-  out->send(prev, slot);
-  in_prev->recv(prev, slot);
-  in_next->recv(next, slot);
-  in_prev->waitRecv(timeout);
-  in_next->waitRecv(timeout);
-  out->waitSend(timeout);
-  out->waitSend(timeout);
-  for (const auto& [peer, theirs] : {std::pair{prev, from_prev}, std::pair{next, from_next}}) {
-    if (std::memcmp(&theirs, &mine, sizeof(mine)) != 0) {
-      throw std::runtime_error(absl::StrCat("collective mismatch: rank ", rank_, " called ",
-                                            Describe(mine), ", rank ", peer, " called ",
-                                            Describe(theirs)));
-    }
-  }
-}
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     std::shared_ptr<Store> store, int64_t rank, int64_t world_size, GlooOptions options) {
@@ -201,6 +128,8 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, int64
       rank_(rank),
       world_size_(world_size),
       options_(std::move(options)),
+      leads_(context_, rank, world_size, options_.lead_all_to_all_max_world,
+             Millis(options_.timeout)),
       thread_([this] { Loop(); }) {}
 
 GlooCommunicator::~GlooCommunicator() {
@@ -213,8 +142,9 @@ GlooCommunicator::~GlooCommunicator() {
 }
 
 std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, int64_t received,
-                                                std::function<void()> body) {
+                                                bool small, std::function<void()> body) {
   auto op = std::make_shared<Op>();
+  op->small = small;
   op->name = absl::StrCat(name, " on rank ", rank_);
   op->sent = sent;
   op->received = received;
@@ -231,36 +161,60 @@ std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, 
 void GlooCommunicator::Loop() {
   MutexLock lock(&mu_);
   for (;;) {
-    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); });
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || (!queue_.empty() && !executing_);
+    });
     if (queue_.empty()) return;
-    std::shared_ptr<Op> op = queue_.front();
-    queue_.pop_front();
-    mu_.Unlock();
-    absl::Status status;
-    try {
-      op->body();
-    } catch (const std::exception& e) {
-      status = absl::UnavailableError(absl::StrCat(op->name, " failed: ", e.what()));
-    }
-    if (!status.ok()) {
-      // A collective that failed on one rank cannot complete on the others: closing every
-      // connection fails theirs at once instead of at their timeout.
-      CloseConnections();
-    }
-    mu_.Lock();
-    if (status.ok()) {
-      const std::string key = op->name.substr(0, op->name.find(' '));
-      sent_[key] += op->sent;
-      received_[key] += op->received;
-    } else if (aborted_.ok()) {
-      // A broken transport breaks every later collective too.
-      aborted_ = status;
-    } else {
-      status = aborted_;  // the cause (a lost rank), not the closed connection it led to
-    }
-    // Only now, with Gloo done with the op's buffers, may its waiters free them.
-    op->Finish(status);
+    RunFront();
   }
+}
+
+absl::Status GlooCommunicator::RunOrWait(const std::shared_ptr<Op>& op, absl::Duration timeout) {
+  {
+    // The caller runs a small collective itself when it is next and nothing is running: waited
+    // for at once, it then costs no wake-up of the collective thread and none of the caller, two
+    // of the few thread switches it takes. Only when the caller would wait as long as the
+    // collective may take (Gloo's own waits have that timeout). Large collectives stay on the
+    // collective thread: there a switch is noise, and on a busy machine they ran slower here.
+    MutexLock lock(&mu_);
+    if (op->small && !executing_ && timeout >= options_.timeout && !queue_.empty() &&
+        queue_.front() == op) {
+      RunFront();
+    }
+  }
+  return op->Wait(timeout);
+}
+
+void GlooCommunicator::RunFront() {
+  std::shared_ptr<Op> op = queue_.front();
+  queue_.pop_front();
+  executing_ = true;
+  mu_.Unlock();
+  absl::Status status;
+  try {
+    op->body();
+  } catch (const std::exception& e) {
+    status = absl::UnavailableError(absl::StrCat(op->name, " failed: ", e.what()));
+  }
+  if (!status.ok()) {
+    // A collective that failed on one rank cannot complete on the others: closing every
+    // connection fails theirs at once instead of at their timeout.
+    CloseConnections();
+  }
+  mu_.Lock();
+  executing_ = false;
+  if (status.ok()) {
+    const std::string key = op->name.substr(0, op->name.find(' '));
+    sent_[key] += op->sent;
+    received_[key] += op->received;
+  } else if (aborted_.ok()) {
+    // A broken transport breaks every later collective too.
+    aborted_ = status;
+  } else {
+    status = aborted_;  // the cause (a lost rank), not the closed connection it led to
+  }
+  // Only now, with Gloo done with the op's buffers, may its waiters free them.
+  op->Finish(status);
 }
 
 void GlooCommunicator::CloseConnections() {
@@ -306,12 +260,54 @@ std::map<std::string, int64_t> GlooCommunicator::BytesReceived() const {
   return received_;
 }
 
+internal::CollectiveDescriptor GlooCommunicator::Next(internal::CollectiveKind kind, int64_t count,
+                                                      DType dtype, int64_t root) {
+  return {++sequence_, kind, count, dtype, root};
+}
+
+const char* GlooCommunicator::InlinePayload(int peer, size_t bytes) {
+  auto [data, size] = leads_.Payload(peer);
+  if (size != bytes) {
+    throw std::runtime_error(
+        absl::StrCat("rank ", peer, " sent ", size, " bytes inline where ", bytes, " were due"));
+  }
+  return data;
+}
+
+void GlooCommunicator::SumInRankOrder(char* out, const char* mine, int64_t count, DType dtype) {
+  // Every rank adds the contributions in the same order (rank 0's first), so every rank gets
+  // the same bits. Rank 0 can add into `out` (its own contribution is first); the others add
+  // into rank 0's received copy, which is theirs until the next lead.
+  const size_t bytes = static_cast<size_t>(count * DTypeBytes(dtype));
+  char* sum = rank_ == 0 ? out : leads_.Payload(0).first;
+  if (rank_ != 0) InlinePayload(0, bytes);  // checks its size
+  for (int64_t q = 1; q < world_size_; ++q) {
+    const char* term = q == rank_ ? mine : InlinePayload(static_cast<int>(q), bytes);
+    internal::ElementSum(dtype, sum, sum, term, static_cast<size_t>(count));
+  }
+  if (sum != out) std::memcpy(out, sum, bytes);
+}
+
 std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DType dtype) {
   const int64_t bytes = count * DTypeBytes(dtype);
-  const int64_t ring = world_size_ > 1 ? 2 * (world_size_ - 1) * bytes / world_size_ : 0;
-  return Enqueue("all_reduce", ring, ring, [this, data, count, dtype] {
-    Handshake("all_reduce", count, dtype);
-    if (world_size_ == 1 || count == 0) return;
+  const bool direct = leads_.CarriesInline(static_cast<size_t>(bytes));
+  // Inline, each rank sends its whole buffer to every other (one exchange instead of a ring's
+  // 2 (world - 1) steps); the ring sends 2 (world - 1) / world of it.
+  const int64_t moved = world_size_ == 1 ? 0
+                        : direct         ? (world_size_ - 1) * bytes
+                                         : 2 * (world_size_ - 1) * bytes / world_size_;
+  return Enqueue("all_reduce", moved, moved, direct, [this, data, count, dtype, bytes, direct] {
+    const auto lead = Next(internal::CollectiveKind::kAllReduce, count, dtype);
+    if (world_size_ == 1) return;
+    char* own = static_cast<char*>(data);
+    if (direct) {
+      leads_.Exchange(lead, [&](int) { return std::pair<const void*, size_t>(own, bytes); });
+      SumInRankOrder(own, own, count, dtype);
+      leads_.Release();
+      return;
+    }
+    leads_.Exchange(lead, nullptr);
+    leads_.Release();
     gloo::AllreduceOptions opts(context_);
     opts.setTimeout(Millis(options_.timeout));
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
@@ -320,8 +316,9 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
     } else {
       opts.setOutput(static_cast<uint16_t*>(data), static_cast<size_t>(count));
     }
-    opts.setReduceFunction(
-        [dtype](void* c, const void* a, const void* b, size_t n) { Add(dtype, c, a, b, n); });
+    opts.setReduceFunction([dtype](void* c, const void* a, const void* b, size_t n) {
+      internal::ElementSum(dtype, c, a, b, n);
+    });
     gloo::allreduce(opts);
   });
 }
@@ -345,8 +342,8 @@ void GlooCommunicator::RingReduceScatter(char* data, int64_t chunk_bytes, DType 
     incoming->waitRecv(timeout);
     whole->waitSend(timeout);
     char* target = data + recv_chunk * chunk_bytes;
-    Add(dtype, target, target, scratch.data(),
-        static_cast<size_t>(chunk_bytes / DTypeBytes(dtype)));
+    internal::ElementSum(dtype, target, target, scratch.data(),
+                         static_cast<size_t>(chunk_bytes / DTypeBytes(dtype)));
   }
 }
 
@@ -372,44 +369,98 @@ void GlooCommunicator::RingAllGather(char* data, int64_t chunk_bytes) {
 std::unique_ptr<Work> GlooCommunicator::ReduceScatter(void* data, int64_t chunk_count,
                                                       DType dtype) {
   const int64_t chunk_bytes = chunk_count * DTypeBytes(dtype);
-  const int64_t moved = (world_size_ - 1) * chunk_bytes;
-  return Enqueue("reduce_scatter", moved, moved, [this, data, chunk_count, chunk_bytes, dtype] {
-    Handshake("reduce_scatter", chunk_count, dtype);
-    if (world_size_ > 1 && chunk_bytes > 0) {
-      RingReduceScatter(static_cast<char*>(data), chunk_bytes, dtype);
-    }
-  });
+  const int64_t moved = (world_size_ - 1) * chunk_bytes;  // inline or ring alike
+  const bool direct = leads_.CarriesInline(static_cast<size_t>(chunk_bytes));
+  return Enqueue("reduce_scatter", moved, moved, direct,
+                 [this, data, chunk_count, chunk_bytes, dtype, direct] {
+                   const auto lead =
+                       Next(internal::CollectiveKind::kReduceScatter, chunk_count, dtype);
+                   if (world_size_ == 1) return;
+                   char* chunks = static_cast<char*>(data);
+                   const size_t size = static_cast<size_t>(chunk_bytes);
+                   if (direct) {
+                     // Each peer gets the chunk it owns and sums the world's in rank order.
+                     leads_.Exchange(lead, [&](int peer) {
+                       return std::pair<const void*, size_t>(chunks + peer * chunk_bytes, size);
+                     });
+                     char* mine = chunks + rank_ * chunk_bytes;
+                     SumInRankOrder(mine, mine, chunk_count, dtype);
+                     leads_.Release();
+                     return;
+                   }
+                   leads_.Exchange(lead, nullptr);
+                   leads_.Release();
+                   if (chunk_bytes > 0) RingReduceScatter(chunks, chunk_bytes, dtype);
+                 });
 }
 
 std::unique_ptr<Work> GlooCommunicator::AllGather(void* data, int64_t chunk_count, DType dtype) {
   const int64_t chunk_bytes = chunk_count * DTypeBytes(dtype);
-  const int64_t moved = (world_size_ - 1) * chunk_bytes;
-  return Enqueue("all_gather", moved, moved, [this, data, chunk_count, chunk_bytes, dtype] {
-    Handshake("all_gather", chunk_count, dtype);
-    if (world_size_ > 1 && chunk_bytes > 0) RingAllGather(static_cast<char*>(data), chunk_bytes);
-  });
+  const int64_t moved = (world_size_ - 1) * chunk_bytes;  // inline or ring alike
+  const bool direct = leads_.CarriesInline(static_cast<size_t>(chunk_bytes));
+  return Enqueue("all_gather", moved, moved, direct,
+                 [this, data, chunk_count, chunk_bytes, dtype, direct] {
+                   const auto lead = Next(internal::CollectiveKind::kAllGather, chunk_count, dtype);
+                   if (world_size_ == 1) return;
+                   char* chunks = static_cast<char*>(data);
+                   const size_t size = static_cast<size_t>(chunk_bytes);
+                   if (direct) {
+                     leads_.Exchange(lead, [&](int) {
+                       return std::pair<const void*, size_t>(chunks + rank_ * chunk_bytes, size);
+                     });
+                     for (int peer : leads_.peers()) {
+                       if (size > 0)
+                         std::memcpy(chunks + peer * chunk_bytes, InlinePayload(peer, size), size);
+                     }
+                     leads_.Release();
+                     return;
+                   }
+                   leads_.Exchange(lead, nullptr);
+                   leads_.Release();
+                   if (chunk_bytes > 0) RingAllGather(chunks, chunk_bytes);
+                 });
 }
 
 std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DType dtype,
                                                   int64_t root) {
   const int64_t bytes = count * DTypeBytes(dtype);
   const bool is_root = root == rank_;
-  return Enqueue("broadcast", is_root ? (world_size_ - 1) * bytes : 0, is_root ? 0 : bytes,
-                 [this, data, count, dtype, bytes, root] {
-                   Handshake("broadcast", count, dtype);
-                   if (world_size_ == 1 || bytes == 0) return;
+  const bool direct = leads_.CarriesInline(static_cast<size_t>(bytes));
+  return Enqueue("broadcast", is_root ? (world_size_ - 1) * bytes : 0, is_root ? 0 : bytes, direct,
+                 [this, data, count, dtype, bytes, root, is_root, direct] {
+                   const auto lead = Next(internal::CollectiveKind::kBroadcast, count, dtype, root);
+                   if (world_size_ == 1) return;
+                   const size_t size = static_cast<size_t>(bytes);
+                   if (direct) {
+                     leads_.Exchange(lead, [&](int) {
+                       return is_root ? std::pair<const void*, size_t>(data, size)
+                                      : std::pair<const void*, size_t>(nullptr, 0);
+                     });
+                     if (!is_root && size > 0) {
+                       std::memcpy(data, InlinePayload(static_cast<int>(root), size), size);
+                     }
+                     leads_.Release();
+                     return;
+                   }
+                   leads_.Exchange(lead, nullptr);
+                   leads_.Release();
+                   if (bytes == 0) return;
                    gloo::BroadcastOptions opts(context_);
                    opts.setTimeout(Millis(options_.timeout));
                    opts.setRoot(static_cast<int>(root));
-                   opts.setOutput(static_cast<char*>(data), static_cast<size_t>(bytes));
+                   opts.setOutput(static_cast<char*>(data), size);
                    gloo::broadcast(opts);
                  });
 }
 
 std::unique_ptr<Work> GlooCommunicator::Barrier() {
-  return Enqueue("barrier", 0, 0, [this] {
-    Handshake("barrier", 0, DType::kFloat32);
+  return Enqueue("barrier", 0, 0, leads_.all_to_all(), [this] {
+    const auto lead = Next(internal::CollectiveKind::kBarrier, 0, DType::kFloat32);
     if (world_size_ == 1) return;
+    leads_.Exchange(lead, nullptr);
+    leads_.Release();
+    // Leads from every other rank are a barrier already; from the neighbours only, they are not.
+    if (leads_.all_to_all()) return;
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(Millis(options_.timeout));
     gloo::barrier(opts);

@@ -3,13 +3,18 @@
 
 // The Communicator on Gloo's TCP transport, for host memory.
 //
-// Rendezvous goes through a comm::Store (the coordinator's in real runs). AllReduce, Broadcast and
-// Barrier are Gloo's algorithms; ReduceScatter and AllGather are rings over Gloo's pairwise
-// buffers (Gloo's new API has no reduce-scatter), so each rank sends exactly
-// (world - 1) x chunk bytes, as the planner counts.
+// Rendezvous goes through a comm::Store (the coordinator's in real runs). Every collective starts
+// with a lead to the rank's peers (lead_exchange.h) that checks all ranks run the same collective.
+// Small collectives travel inside the leads: one exchange, with sums added in rank order so every
+// rank gets the same bits. Larger ones then run Gloo's algorithms (AllReduce, Broadcast, Barrier)
+// or rings over Gloo's pairwise buffers (ReduceScatter and AllGather: Gloo's new API has no
+// reduce-scatter). Either way a reduce-scatter or all-gather sends exactly (world - 1) x chunk
+// bytes per rank, as the planner counts; an inline all-reduce sends (world - 1) x its bytes, a
+// ring one 2 (world - 1) / world of them.
 //
-// Owns one thread that runs the collectives in call order (a Gloo context is not thread-safe);
-// the destructor aborts what is queued and joins it.
+// Owns one thread that runs the collectives in call order (a Gloo context is not thread-safe); a
+// caller that waits for a small collective that is next in line runs it itself. The destructor
+// aborts what is queued and joins the thread.
 //
 // Abort (and a collective that fails) closes every connection first: the collective in flight
 // fails at once on this rank and, through the closed connections, on its peers; no transfer can
@@ -23,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/gloo/lead_exchange.h"
 #include "runtime/comm/store.h"
 #include "runtime/common/mutex.h"
 
@@ -35,6 +41,9 @@ namespace zerod::comm {
 struct GlooOptions {
   std::string hostname = "127.0.0.1";          // the address peers reach this rank at
   absl::Duration timeout = absl::Seconds(60);  // every collective and the rendezvous
+  // Up to this world size leads go to every other rank and carry small collectives; above it
+  // they go to the ring neighbours only (see lead_exchange.h).
+  int64_t lead_all_to_all_max_world = 16;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -57,17 +66,27 @@ class GlooCommunicator final : public Communicator {
   std::map<std::string, int64_t> BytesReceived() const override;
 
   struct Op;
+  // For this communicator's Works: runs a small `op` on the calling thread when it is next and
+  // no collective is running, and waits for it.
+  absl::Status RunOrWait(const std::shared_ptr<Op>& op, absl::Duration timeout);
 
  private:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, int64_t rank, int64_t world_size,
                    GlooOptions options);
-  std::unique_ptr<Work> Enqueue(std::string name, int64_t sent, int64_t received,
+  std::unique_ptr<Work> Enqueue(std::string name, int64_t sent, int64_t received, bool small,
                                 std::function<void()> body);
   void Loop();
+  // Pops the first queued collective and runs it, with mu_ released meanwhile.
+  void RunFront() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the connection to every peer, failing each Gloo wait in flight.
   void CloseConnections();
-  // Runs on the collective thread before each collective; throws on a mismatch with a neighbour.
-  void Handshake(absl::string_view kind, int64_t count, DType dtype);
+  // The descriptor of the next collective (collective thread only).
+  internal::CollectiveDescriptor Next(internal::CollectiveKind kind, int64_t count, DType dtype,
+                                      int64_t root = 0);
+  // What `peer` sent inline with its lead; throws unless it is `bytes` long.
+  const char* InlinePayload(int peer, size_t bytes);
+  // out = the sum over ranks of their inline contributions (`mine` for this rank), in rank order.
+  void SumInRankOrder(char* out, const char* mine, int64_t count, DType dtype);
   void RingReduceScatter(char* data, int64_t chunk_bytes, DType dtype);
   void RingAllGather(char* data, int64_t chunk_bytes);
 
@@ -75,14 +94,18 @@ class GlooCommunicator final : public Communicator {
   const int64_t rank_;
   const int64_t world_size_;
   const GlooOptions options_;
+  internal::LeadExchange leads_;  // collective thread only
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Op>> queue_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // A thread (the collective thread, or a caller in RunOrWait) is running a collective: one at a
+  // time, in call order, as a Gloo context requires.
+  bool executing_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, int64_t> sent_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> received_ ABSL_GUARDED_BY(mu_);
-  int64_t sequence_ = 0;  // collectives started; touched by the collective thread only
+  int64_t sequence_ = 0;  // collectives started; collective thread only
   std::thread thread_;
 };
 

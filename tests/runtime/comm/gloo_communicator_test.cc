@@ -12,37 +12,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/in_memory_store.h"
-#include "runtime/comm/prefix_store.h"
 #include "runtime/common/half.h"
 #include "runtime/common/mutex.h"
+#include "tests/runtime/comm/gloo_ranks.h"
 
 namespace zerod::comm {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Runs body(rank, communicator) on `world` ranks at once. The body of rank `release` (if any)
-// takes ownership of its communicator.
-void OnRanks(int64_t world, const std::function<void(int64_t, Communicator&)>& body,
-             absl::Duration timeout = absl::Seconds(30), int64_t release = -1) {
-  static int group = 0;
-  auto store = std::make_shared<PrefixStore>("group" + std::to_string(group++),
-                                             std::make_shared<InMemoryStore>());
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm = GlooCommunicator::Create(store, r, world, GlooOptions{"127.0.0.1", timeout});
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      if (r == release) {
-        body(r, *comm->release());
-      } else {
-        body(r, **comm);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-}
 
 float Value(int64_t rank, int64_t i) { return static_cast<float>((rank + 1) * 0.5 + i * 0.25); }
 

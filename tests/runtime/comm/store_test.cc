@@ -1,3 +1,7 @@
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <memory>
 #include <thread>
 
@@ -5,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/abortable_store.h"
+#include "runtime/comm/file_store.h"
 #include "runtime/comm/in_memory_store.h"
 #include "runtime/comm/prefix_store.h"
 
@@ -51,6 +56,56 @@ TEST(InMemoryStore, WaitNamesTheMissingKeys) {
   absl::Status s = store.Wait({"k1", "k2"}, absl::Milliseconds(10));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(s.message()), HasSubstr("k2"));
+}
+
+// A FileStore in a fresh directory under the test's temporary folder.
+std::string FreshDirectory() {
+  std::string pattern = ::testing::TempDir() + "file_store_XXXXXX";
+  EXPECT_NE(mkdtemp(pattern.data()), nullptr);
+  return pattern;
+}
+
+TEST(FileStore, SetGetAddCompareSetDelete) {
+  FileStore store(FreshDirectory());
+  ASSERT_TRUE(store.Set("a/b", std::string("1\0x", 3)).ok());  // any bytes, any key
+  EXPECT_EQ(*store.Get("a/b", absl::ZeroDuration()), std::string("1\0x", 3));
+  EXPECT_EQ(*store.Add("n", 5), 5);
+  EXPECT_EQ(*store.Add("n", -2), 3);
+  EXPECT_EQ(*store.Get("n", absl::ZeroDuration()), "3");
+  ASSERT_TRUE(store.Set("s", "text").ok());
+  EXPECT_EQ(store.Add("s", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*store.CompareSet("c", std::nullopt, "x"), "x");
+  EXPECT_EQ(*store.CompareSet("c", std::nullopt, "y"), "x");
+  EXPECT_EQ(*store.CompareSet("c", "x", "z"), "z");
+  EXPECT_EQ(*store.CompareSet("c", "wrong", "w"), "z");
+  EXPECT_TRUE(*store.Delete("c"));
+  EXPECT_FALSE(*store.Delete("c"));
+  auto missing = store.Get("never", absl::Milliseconds(20));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("'never'"));
+  absl::Status s = store.Wait({"n", "k2"}, absl::Milliseconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("k2"));
+}
+
+TEST(FileStore, ProcessesShareItAndTheirAddsAreAtomic) {
+  const std::string dir = FreshDirectory();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    FileStore theirs(dir);
+    for (int i = 0; i < 200; ++i) {
+      if (!theirs.Add("count", 1).ok()) _exit(1);
+    }
+    _exit(theirs.Set("child done", "yes").ok() ? 0 : 1);
+  }
+  FileStore mine(dir);
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(mine.Add("count", 1).ok());
+  EXPECT_EQ(*mine.Get("child done", absl::Seconds(60)), "yes");
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(*mine.Get("count", absl::ZeroDuration()), "400");
 }
 
 TEST(PrefixStore, NamespacesKeys) {

@@ -1,0 +1,310 @@
+// collective_bench: the Gloo Communicator's all-reduce, reduce-scatter, all-gather and broadcast
+// among 2, 3 and 4 ranks, each rank its own process (rendezvous through a FileStore in a
+// temporary directory), 4 KiB to 64 MiB, beside the machine's loopback TCP round trip and
+// bandwidth measured in the same run. Prints one JSON object per line (bench/collective_report.py
+// turns them, with torch's from collective_bench_torch.py, into a table; bench/collective_bench.sh
+// runs all three).
+//
+//   build/bin/collective_bench [--worlds 2,3,4] [--sizes 4KiB,64KiB,1MiB,64MiB] [--min-time 0.3]
+//
+// A size is the bytes of the buffer every rank passes: the whole buffer of an all-reduce or a
+// broadcast, all world chunks of a reduce-scatter or an all-gather (fp32 elements). Each size runs
+// warm-up iterations, then as many as fill --min-time (at least 5); the median iteration counts.
+// "lead_share" is what a header-only lead exchange (a barrier: what a collective too large to go
+// inline pays for the order check) takes, as a share of the collective's time; collectives that
+// go inline carry their check in the data message itself and pay no extra message.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
+#include "runtime/comm/file_store.h"
+#include "runtime/comm/gloo/gloo_communicator.h"
+#include "runtime/comm/gloo/lead_exchange.h"
+#include "runtime/common/units.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace zerod;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "collective_bench: %s\n", what.c_str());
+  _exit(1);
+}
+
+// --- Loopback TCP: the physical limit the collectives are measured against.
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t k = write(fd, p, n);
+    if (k <= 0) Die("loopback write failed");
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+void ReadAll(int fd, char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t k = read(fd, p, n);
+    if (k <= 0) Die("loopback read failed");
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+// A connected pair of loopback TCP sockets: {listener side, connector side}.
+std::pair<int, int> LoopbackPair() {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    Die("cannot listen on loopback");
+  }
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    Die("cannot connect on loopback");
+  }
+  const int server = accept(listener, nullptr, nullptr);
+  close(listener);
+  SetNoDelay(server);
+  SetNoDelay(client);
+  return {server, client};
+}
+
+// Round trip of `bytes` between two processes (median of `rounds`), and one-way bandwidth.
+void MeasureLoopback() {
+  auto [server, client] = LoopbackPair();
+  const pid_t echo = fork();
+  if (echo == 0) {
+    close(client);
+    std::vector<char> buf(size_t{4} << 20);
+    for (;;) {
+      uint64_t n = 0;
+      if (read(server, &n, sizeof(n)) != sizeof(n)) _exit(0);
+      if (n == UINT64_MAX) {  // bandwidth: swallow what follows, then acknowledge
+        uint64_t total = 0;
+        ReadAll(server, reinterpret_cast<char*>(&total), sizeof(total));
+        for (uint64_t got = 0; got < total;) {
+          const ssize_t k = read(server, buf.data(), std::min<uint64_t>(buf.size(), total - got));
+          if (k <= 0) _exit(1);
+          got += static_cast<uint64_t>(k);
+        }
+        WriteAll(server, "k", 1);
+        continue;
+      }
+      ReadAll(server, buf.data(), n);
+      WriteAll(server, buf.data(), n);
+    }
+  }
+  close(server);
+  std::vector<char> buf(size_t{4} << 20, 1);
+  for (uint64_t bytes : {uint64_t{1}, uint64_t{4096}, uint64_t{65536}}) {
+    std::vector<double> rtt;
+    for (int i = 0; i < 2000; ++i) {
+      const auto start = Clock::now();
+      WriteAll(client, reinterpret_cast<const char*>(&bytes), sizeof(bytes));
+      WriteAll(client, buf.data(), bytes);
+      ReadAll(client, buf.data(), bytes);
+      rtt.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::printf("{\"kind\": \"loopback_rtt\", \"bytes\": %llu, \"rtt_us\": %.1f}\n",
+                static_cast<unsigned long long>(bytes), Median(rtt) * 1e6);
+  }
+  const uint64_t total = uint64_t{1} << 30, marker = UINT64_MAX;
+  const auto start = Clock::now();
+  WriteAll(client, reinterpret_cast<const char*>(&marker), sizeof(marker));
+  WriteAll(client, reinterpret_cast<const char*>(&total), sizeof(total));
+  for (uint64_t sent = 0; sent < total; sent += buf.size())
+    WriteAll(client, buf.data(), buf.size());
+  char ack = 0;
+  ReadAll(client, &ack, 1);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("{\"kind\": \"loopback_bandwidth\", \"gb_per_s\": %.2f}\n",
+              static_cast<double>(total) / seconds / 1e9);
+  std::fflush(stdout);
+  close(client);
+  waitpid(echo, nullptr, 0);
+}
+
+// --- The collectives.
+
+struct Op {
+  const char* name;
+  std::function<std::unique_ptr<comm::Work>(comm::Communicator&, float*, int64_t elements)> run;
+  bool chunked;  // the buffer is world chunks
+};
+
+const std::vector<Op>& Ops() {
+  static const std::vector<Op> ops = {
+      {"all_reduce",
+       [](comm::Communicator& c, float* d, int64_t n) {
+         return c.AllReduce(d, n, DType::kFloat32);
+       },
+       false},
+      {"reduce_scatter",
+       [](comm::Communicator& c, float* d, int64_t n) {
+         return c.ReduceScatter(d, n / c.world_size(), DType::kFloat32);
+       },
+       true},
+      {"all_gather",
+       [](comm::Communicator& c, float* d, int64_t n) {
+         return c.AllGather(d, n / c.world_size(), DType::kFloat32);
+       },
+       true},
+      {"broadcast",
+       [](comm::Communicator& c, float* d, int64_t n) {
+         return c.Broadcast(d, n, DType::kFloat32, 0);
+       },
+       false},
+  };
+  return ops;
+}
+
+void Check(const absl::Status& s, const char* what) {
+  if (!s.ok()) Die(std::string(what) + ": " + std::string(s.message()));
+}
+
+// Times `body` (one collective, waited for) until `min_time` has passed on rank 0; every rank runs
+// the same number of iterations (rank 0 decides and broadcasts it).
+double TimeIt(comm::Communicator& c, double min_time, const std::function<void()>& body) {
+  for (int i = 0; i < 3; ++i) body();
+  const auto start = Clock::now();
+  body();
+  const double once = std::chrono::duration<double>(Clock::now() - start).count();
+  float iterations = static_cast<float>(std::clamp(min_time / std::max(once, 1e-7), 5.0, 2000.0));
+  Check(c.Broadcast(&iterations, 1, DType::kFloat32, 0)->Wait(absl::Seconds(120)), "broadcast");
+  std::vector<double> times;
+  for (int i = 0; i < static_cast<int>(iterations); ++i) {
+    const auto t0 = Clock::now();
+    body();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return Median(times);
+}
+
+void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
+             const std::vector<int64_t>& sizes, double min_time) {
+  auto store = std::make_shared<comm::FileStore>(store_dir);
+  comm::GlooOptions options;
+  options.timeout = absl::Seconds(120);
+  auto created = comm::GlooCommunicator::Create(store, rank, world, options);
+  Check(created.status(), "connect");
+  comm::Communicator& c = **created;
+  const double lead =
+      TimeIt(c, min_time, [&] { Check(c.Barrier()->Wait(absl::Seconds(120)), "barrier"); });
+  if (rank == 0) {
+    std::printf("{\"kind\": \"lead\", \"impl\": \"zerod\", \"world\": %lld, \"time_us\": %.1f}\n",
+                static_cast<long long>(world), lead * 1e6);
+  }
+  for (int64_t size : sizes) {
+    const int64_t elements = size / 4;
+    std::vector<float> data(static_cast<size_t>(elements), 1.0f);
+    for (const Op& op : Ops()) {
+      const double t = TimeIt(c, min_time, [&] {
+        Check(op.run(c, data.data(), elements)->Wait(absl::Seconds(120)), op.name);
+      });
+      const int64_t per_peer = op.chunked ? size / world : size;
+      const bool inline_path =
+          world <= options.lead_all_to_all_max_world &&
+          static_cast<size_t>(per_peer) <= comm::internal::LeadExchange::kMaxInlineBytes;
+      if (rank == 0) {
+        std::printf(
+            "{\"kind\": \"collective\", \"impl\": \"zerod\", \"op\": \"%s\", \"world\": %lld, "
+            "\"bytes\": %lld, \"time_us\": %.1f, \"inline\": %s, \"lead_share\": %.3f}\n",
+            op.name, static_cast<long long>(world), static_cast<long long>(size), t * 1e6,
+            inline_path ? "true" : "false", inline_path ? 0.0 : lead / t);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+std::vector<int64_t> ParseList(const std::string& text, bool sizes) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    if (sizes) {
+      auto bytes = ParseBytes(part);
+      if (!bytes.ok() || *bytes <= 0) Die("--sizes: bad size '" + std::string(part) + "'");
+      out.push_back(*bytes);
+    } else {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(part, &v) || v < 1 || v > 64) {
+        Die("--worlds: bad world size '" + std::string(part) + "'");
+      }
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("collective_bench: Gloo collectives among local processes, beside loopback TCP");
+  std::string worlds_text = "2,3,4";
+  std::string sizes_text = "4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB";
+  double min_time = 0.3;
+  bool no_loopback = false;
+  app.add_option("--worlds", worlds_text, "Comma-separated world sizes");
+  app.add_option("--sizes", sizes_text, "Comma-separated buffer sizes");
+  app.add_option("--min-time", min_time, "Seconds each size runs for (at least 5 iterations)");
+  app.add_flag("--no-loopback", no_loopback, "Skip the loopback TCP measurement");
+  CLI11_PARSE(app, argc, argv);
+  const std::vector<int64_t> worlds = ParseList(worlds_text, false);
+  const std::vector<int64_t> sizes = ParseList(sizes_text, true);
+  if (!no_loopback) MeasureLoopback();
+  for (int64_t world : worlds) {
+    std::string dir = (std::filesystem::temp_directory_path() / "collective_bench_XXXXXX").string();
+    if (mkdtemp(dir.data()) == nullptr) Die("cannot make a temporary directory");
+    std::vector<pid_t> ranks;
+    for (int64_t r = 0; r < world; ++r) {
+      const pid_t pid = fork();
+      if (pid < 0) Die("fork failed");
+      if (pid == 0) {
+        RunRank(dir, r, world, sizes, min_time);
+        std::fflush(stdout);
+        _exit(0);
+      }
+      ranks.push_back(pid);
+    }
+    bool failed = false;
+    for (pid_t pid : ranks) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      failed |= !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    std::filesystem::remove_all(dir);
+    if (failed) Die("a rank failed (world " + std::to_string(world) + ")");
+  }
+  return 0;
+}

@@ -1,0 +1,113 @@
+#ifndef ZEROD_RUNTIME_COMM_GLOO_LEAD_EXCHANGE_H_
+#define ZEROD_RUNTIME_COMM_GLOO_LEAD_EXCHANGE_H_
+
+// The first message of every Gloo collective: each rank's "lead" to its peers says which
+// collective it is running (sequence number, kind, count, dtype, root), and for a small
+// collective carries the data itself.
+//
+// Why: ranks that disagree on a collective must not reach Gloo with different sizes, because its
+// TCP transport aborts the process when a message is longer than the receive posted for it. A
+// lead always fits: every rank receives leads into buffers of one fixed capacity, posted for the
+// next collective as soon as the previous one has let go of them. So a lead is sent at once (the
+// receive is already there, no rendezvous round trip), the check costs no message of its own, and
+// a collective small enough to travel inline completes in a single exchange.
+//
+// Peers: every other rank while the world has at most `all_to_all_max_world` ranks (leads may
+// then carry data); beyond that only the two ring neighbours (header only: checking each rank
+// against its predecessor checks the whole ring, and a rank's traffic stays O(1)).
+//
+// Used by the collective thread only.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/common/dtype.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class UnboundBuffer;
+}
+}  // namespace gloo
+
+namespace zerod::comm::internal {
+
+enum class CollectiveKind : int64_t {
+  kAllReduce = 0,
+  kReduceScatter = 1,
+  kAllGather = 2,
+  kBroadcast = 3,
+  kBarrier = 4,
+};
+
+// What a rank is about to run. Two ranks agree on a collective when their descriptors are equal.
+struct CollectiveDescriptor {
+  int64_t sequence = 0;  // 1 for the communicator's first collective
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  int64_t count = 0;
+  DType dtype = DType::kFloat32;
+  int64_t root = 0;  // broadcast only
+};
+
+// "#3 all_gather(bf16 x 20)", as mismatch errors name a collective.
+std::string Describe(const CollectiveDescriptor& d);
+const char* KindName(CollectiveKind kind);
+
+class LeadExchange {
+ public:
+  // The most data a lead carries to one peer.
+  static constexpr size_t kMaxInlineBytes = size_t{64} << 10;
+
+  LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank, int64_t world_size,
+               int64_t all_to_all_max_world, std::chrono::milliseconds timeout);
+  ~LeadExchange();
+  LeadExchange(const LeadExchange&) = delete;
+  LeadExchange& operator=(const LeadExchange&) = delete;
+
+  // Whether leads go to every other rank and may carry data.
+  bool all_to_all() const { return all_to_all_; }
+  // True when every message of a collective moving `bytes_per_peer` to each peer fits in a lead.
+  bool CarriesInline(size_t bytes_per_peer) const {
+    return all_to_all_ && bytes_per_peer <= kMaxInlineBytes;
+  }
+  // Ranks this rank exchanges leads with, ascending.
+  const std::vector<int>& peers() const { return peers_; }
+
+  // What goes inline to `peer` (nullptr/0 for a header-only lead). Only when all_to_all().
+  using PayloadFor = std::function<std::pair<const void*, size_t>(int peer)>;
+
+  // Sends this rank's lead for `mine` to every peer, receives each peer's and checks it describes
+  // the same collective; throws std::runtime_error naming both ranks and both collectives if not,
+  // or if the transport fails or the timeout passes. Afterwards Payload(peer) holds what `peer`
+  // sent inline, until Release().
+  void Exchange(const CollectiveDescriptor& mine, const PayloadFor& payload);
+  // The data `peer` sent inline with its lead in the last Exchange, and its size.
+  std::pair<char*, size_t> Payload(int peer);
+  // The last Exchange's payloads are no longer needed: posts the receives of the next
+  // collective's leads, so that peers can send them the moment they get there.
+  void Release();
+
+ private:
+  struct Peer;
+  void PostReceives(int64_t sequence);
+
+  std::shared_ptr<gloo::Context> context_;
+  const int64_t rank_;
+  const bool all_to_all_;
+  const std::chrono::milliseconds timeout_;
+  std::vector<int> peers_;
+  std::vector<std::unique_ptr<Peer>> slots_;  // one per peer, in peers_ order
+  int64_t posted_sequence_ = 0;               // the leads whose receives are posted
+  // Posting the receives after collective #broken_after_ failed: the next Exchange throws this.
+  int64_t broken_after_ = 0;
+  std::string broken_why_;
+};
+
+}  // namespace zerod::comm::internal
+
+#endif  // ZEROD_RUNTIME_COMM_GLOO_LEAD_EXCHANGE_H_

@@ -1,0 +1,45 @@
+#ifndef ZEROD_TESTS_RUNTIME_COMM_GLOO_RANKS_H_
+#define ZEROD_TESTS_RUNTIME_COMM_GLOO_RANKS_H_
+
+// Real Gloo ranks for tests: threads of the test process, each with its own communicator,
+// connected over loopback TCP after a rendezvous through an InMemoryStore.
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/comm/gloo/gloo_communicator.h"
+#include "runtime/comm/in_memory_store.h"
+#include "runtime/comm/prefix_store.h"
+
+namespace zerod::comm {
+
+// Runs body(rank, communicator) on `world` ranks at once. The body of rank `release` (if any)
+// takes ownership of its communicator.
+inline void OnRanks(int64_t world, const std::function<void(int64_t, Communicator&)>& body,
+                    absl::Duration timeout = absl::Seconds(30), int64_t release = -1,
+                    GlooOptions options = {}) {
+  static int group = 0;
+  auto store = std::make_shared<PrefixStore>("group" + std::to_string(group++),
+                                             std::make_shared<InMemoryStore>());
+  options.timeout = timeout;
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = GlooCommunicator::Create(store, r, world, options);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      if (r == release) {
+        body(r, *comm->release());
+      } else {
+        body(r, **comm);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace zerod::comm
+
+#endif  // ZEROD_TESTS_RUNTIME_COMM_GLOO_RANKS_H_
