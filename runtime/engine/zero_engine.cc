@@ -279,17 +279,18 @@ absl::Status ZeroEngine::DropGather(int64_t g) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ZeroEngine::FreeGatherBuffer() {
+absl::StatusOr<int64_t> ZeroEngine::FreeGatherBuffer(int64_t keep) {
+  int64_t evict = -1;
   for (size_t g = 0; g < gathers_.size(); ++g) {
-    if (gathers_[g].segment < 0) return static_cast<int64_t>(g);
-  }
-  for (size_t g = 0; g < gathers_.size(); ++g) {
-    if (!gathers_[g].requested) {
-      ZEROD_RETURN_IF_ERROR(DropGather(static_cast<int64_t>(g)));
-      return static_cast<int64_t>(g);
+    const GatherBuffer& b = gathers_[g];
+    if (b.segment < 0) return static_cast<int64_t>(g);
+    if (b.requested || b.segment == keep) continue;
+    if (evict < 0 || b.last_use < gathers_[static_cast<size_t>(evict)].last_use) {
+      evict = static_cast<int64_t>(g);
     }
   }
-  return -1;
+  if (evict >= 0) ZEROD_RETURN_IF_ERROR(DropGather(evict));
+  return evict;
 }
 
 absl::Status ZeroEngine::Gather(int64_t unit) {
@@ -301,7 +302,7 @@ absl::Status ZeroEngine::Gather(int64_t unit) {
   if (last_gathered_ >= 0 && unit != last_gathered_) direction_ = unit > last_gathered_ ? 1 : -1;
   last_gathered_ = unit;
   if (segments_[static_cast<size_t>(unit)].gather < 0) {
-    ZEROD_ASSIGN_OR_RETURN(const int64_t g, FreeGatherBuffer());
+    ZEROD_ASSIGN_OR_RETURN(const int64_t g, FreeGatherBuffer(/*keep=*/-1));
     if (g < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("engine: cannot gather unit ", unit, ": all ", gathers_.size(),
@@ -311,27 +312,31 @@ absl::Status ZeroEngine::Gather(int64_t unit) {
   }
   const int64_t g = segments_[static_cast<size_t>(unit)].gather;
   gathers_[static_cast<size_t>(g)].requested = true;
+  gathers_[static_cast<size_t>(g)].last_use = ++gather_clock_;
   ZEROD_RETURN_IF_ERROR(WaitGather(g));
   // Prefetch the next unit in the direction of travel while this one is in use, into a free
-  // buffer only: a prefetch never displaces a unit somebody asked for.
+  // buffer or in place of the unit released longest ago: a prefetch never displaces a unit that
+  // is asked for and not released.
   const int64_t next = unit + direction_;
   if (plan_->options().prefetch_depth > 0 && next >= 0 && next < num_units() &&
       segments_[static_cast<size_t>(next)].gather < 0) {
-    for (size_t free = 0; free < gathers_.size(); ++free) {
-      if (gathers_[free].segment >= 0) continue;
-      ZEROD_RETURN_IF_ERROR(LaunchGather(next, static_cast<int64_t>(free)));
-      break;
-    }
+    ZEROD_ASSIGN_OR_RETURN(const int64_t free, FreeGatherBuffer(/*keep=*/unit));
+    if (free >= 0) ZEROD_RETURN_IF_ERROR(LaunchGather(next, free));
   }
   return absl::OkStatus();
 }
 
 absl::Status ZeroEngine::Release(int64_t unit) {
   if (stage_ < 3) return absl::OkStatus();
-  if (unit < 0 || unit >= num_units() || segments_[static_cast<size_t>(unit)].gather < 0) {
+  if (unit < 0 || unit >= num_units() || segments_[static_cast<size_t>(unit)].gather < 0 ||
+      !gathers_[static_cast<size_t>(segments_[static_cast<size_t>(unit)].gather)].requested) {
     return absl::FailedPreconditionError(absl::StrCat("engine: unit ", unit, " is not gathered"));
   }
-  return DropGather(segments_[static_cast<size_t>(unit)].gather);
+  // Kept until its buffer is needed (see GatherBuffer): evictable from now on.
+  GatherBuffer& g = gathers_[static_cast<size_t>(segments_[static_cast<size_t>(unit)].gather)];
+  g.requested = false;
+  g.last_use = ++gather_clock_;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TensorView> ZeroEngine::Param(int64_t tensor) {

@@ -207,10 +207,14 @@ class ZeroEngine {
     std::unique_ptr<comm::Work> reduce;  // the reduce-scatter in flight, if any
   };
   // A gather buffer: one segment's whole parameters (stage 3).
+  // A gather buffer holds one unit's parameters from its all-gather until it is needed for
+  // another unit or the step changes the parameters. Release only makes it evictable: a unit
+  // gathered again before that (backward right after forward) costs no all-gather.
   struct GatherBuffer {
     PlannedBuffer buffer;
     int64_t segment = -1;                // -1 when free
-    bool requested = false;              // by Gather; false: a prefetch nobody asked for yet
+    bool requested = false;              // by Gather and not Released since
+    int64_t last_use = 0;                // when it was last requested or released (for LRU)
     std::unique_ptr<comm::Work> gather;  // the all-gather in flight, if any
   };
 
@@ -239,9 +243,9 @@ class ZeroEngine {
   absl::StatusOr<BucketBuffer*> BucketFor(int64_t segment);
   absl::Status LaunchGather(int64_t segment, int64_t gather);
   absl::Status WaitGather(int64_t gather);
-  // A gather buffer for `segment`: a free one, else one holding a prefetch nobody asked for (a
-  // guess of the direction of travel that was wrong), else -1.
-  absl::StatusOr<int64_t> FreeGatherBuffer();
+  // A gather buffer to gather into: a free one, else the one whose unit (not `keep`) was released
+  // or prefetched longest ago, emptied; -1 when every buffer holds a unit in use.
+  absl::StatusOr<int64_t> FreeGatherBuffer(int64_t keep);
   // Frees gather buffer g once its all-gather has landed.
   absl::Status DropGather(int64_t g);
   // The fp32 parameters Adam updates: the master copy, or the parameters in fp32 training.
@@ -278,6 +282,7 @@ class ZeroEngine {
   Buffer totals_;  // two floats for the overflow flag and the squared norm
   std::vector<BucketBuffer> buckets_;
   std::vector<GatherBuffer> gathers_;
+  int64_t gather_clock_ = 0;  // orders the gather buffers' uses
   std::vector<SegmentState> segments_;
 
   // Backward bookkeeping for the current micro-step.

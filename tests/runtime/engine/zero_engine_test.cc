@@ -645,5 +645,65 @@ TEST(ZeroEngine, StepDropsGatheredUnitsSoNoStaleCopySurvives) {
   }
 }
 
+// A released unit stays in its gather buffer until the buffer is needed: gathered again before
+// then (backward right after forward) it costs no all-gather; the unit released longest ago is
+// the one a new gather displaces. Two ranks, so every all-gather moves bytes that are counted.
+TEST(ZeroEngine, AReleasedUnitGatheredAgainBeforeItsBufferIsNeededCostsNoAllGather) {
+  static int group = 0;
+  auto store = std::make_shared<comm::PrefixStore>(absl::StrCat("cache", group++),
+                                                   std::make_shared<comm::InMemoryStore>());
+  auto plan = PairPlan(3, 2);  // three units of 2 tensors (8 floats), two gather buffers
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      status[static_cast<size_t>(r)] = [&]() -> absl::Status {
+        ZEROD_ASSIGN_OR_RETURN(auto comm, comm::GlooCommunicator::Create(store, r, 2, {}));
+        ZEROD_ASSIGN_OR_RETURN(auto e,
+                               ZeroEngine::Create(plan, comm.get(), Options(DType::kFloat32)));
+        ZEROD_RETURN_IF_ERROR(e->InitParameters([](int64_t t, float* p) {
+          for (int64_t i = 0; i < 4; ++i) p[i] = PairInit(4 * t + i);
+        }));
+        // All-gathers issued so far, landed: Average is a collective on the same communicator,
+        // which runs collectives in order.
+        auto gathered = [&] {
+          EXPECT_TRUE(e->Average(0.0).ok());
+          return e->BytesSent()["all_gather"];
+        };
+        const int64_t one_unit = 4 * 4;  // each rank sends its half of a unit's 8 floats
+        auto expect_values = [&](int64_t unit) -> absl::Status {
+          for (int64_t t = 2 * unit; t < 2 * unit + 2; ++t) {
+            std::vector<float> got(4);
+            ZEROD_RETURN_IF_ERROR(e->ParamToFloat(t, got.data()));
+            for (int64_t i = 0; i < 4; ++i)
+              EXPECT_EQ(got[static_cast<size_t>(i)], PairInit(4 * t + i));
+          }
+          return absl::OkStatus();
+        };
+        const int64_t before = gathered();
+        ZEROD_RETURN_IF_ERROR(e->Gather(0));  // unit 0, and unit 1 prefetched
+        EXPECT_EQ(gathered() - before, 2 * one_unit);
+        ZEROD_RETURN_IF_ERROR(e->Release(0));
+        ZEROD_RETURN_IF_ERROR(e->Gather(0));  // still there
+        EXPECT_EQ(gathered() - before, 2 * one_unit) << "a unit still in its buffer is reused";
+        ZEROD_RETURN_IF_ERROR(expect_values(0));
+        EXPECT_EQ(e->Release(1).code(), absl::StatusCode::kFailedPrecondition)
+            << "unit 1 was prefetched, never asked for";
+        ZEROD_RETURN_IF_ERROR(e->Release(0));
+        EXPECT_EQ(e->Release(0).code(), absl::StatusCode::kFailedPrecondition) << "released twice";
+        ZEROD_RETURN_IF_ERROR(e->Gather(1));  // the prefetch; unit 2 displaces unit 0
+        EXPECT_EQ(gathered() - before, 3 * one_unit);
+        ZEROD_RETURN_IF_ERROR(expect_values(1));
+        ZEROD_RETURN_IF_ERROR(e->Release(1));
+        ZEROD_RETURN_IF_ERROR(e->Gather(0));  // gone: gathered anew in place of unit 2 or 1
+        EXPECT_EQ(gathered() - before, 4 * one_unit);
+        return expect_values(0);
+      }();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : status) EXPECT_TRUE(s.ok()) << s;
+}
+
 }  // namespace
 }  // namespace zerod::engine
