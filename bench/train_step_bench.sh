@@ -33,16 +33,24 @@ field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" | tail -n 1; }
 ref_ms=$(field step_time_ms <"$work/ref")
 params=$(field params <"$work/ref")
 echo "train_step_bench: MLP ${layers}x${hidden} ($params params, $dtype), global batch 64, 2 ranks"
-printf '%-9s %12s %14s %16s %18s\n' "stage" "step ms" "peak RSS KiB" "bytes/step/rank" "model state/rank"
-printf '%-9s %12.2f %14s %16s %18s\n' "unshard" "$ref_ms" \
+printf '%-9s %9s %9s %9s %9s %9s %9s %14s %16s %18s\n' "stage" "step ms" "vs s0" "fwd+bwd" \
+  "opt step" "w:gather" "w:reduce" "peak RSS KiB" "bytes/step/rank" "model state/rank"
+printf '%-9s %9.2f %9s %9s %9s %9s %9s %14s %16s %18s\n' "unshard" "$ref_ms" - - - - - \
   "$(sed -n 's/^rank 0: peak_rss_kib \([0-9]*\).*/\1/p' "$work/ref")" 0 \
   "$(field model_state_bytes_per_rank <"$work/ref")"
+s0_ms=
 for stage in 0 1 2 3 3-shared; do
   extra=()
   if [ "$stage" = 3-shared ]; then extra=(--shared-gathers); fi
   "$bin/zerorun" -n 2 --endpoint "unix://$work/s" --job "bench-$stage" -- "${train[@]}" \
     --stage "${stage%-shared}" "${extra[@]}" >"$work/out$stage"
   rss=$(sed -n 's/^\[rank \([0-9]\)\] rank [0-9]*: peak_rss_kib \([0-9]*\).*/\2/p' "$work/out$stage" | paste -sd/)
-  printf '%-9s %12.2f %14s %16s %18s\n' "$stage" "$(field step_time_ms <"$work/out$stage")" "$rss" \
+  ms=$(field step_time_ms <"$work/out$stage")
+  [ -n "$s0_ms" ] || s0_ms=$ms
+  # step_breakdown (train_mlp's JSON): forward+backward, optimizer step, waits on gathers, reductions
+  printf '%-9s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %14s %16s %18s\n' "$stage" "$ms" \
+    "$(awk -v a="$ms" -v b="$s0_ms" 'BEGIN { print a / b }')" \
+    "$(field forward_backward_ms <"$work/out$stage")" "$(field optimizer_step_ms <"$work/out$stage")" \
+    "$(field gather <"$work/out$stage")" "$(field reduce <"$work/out$stage")" "$rss" \
     "$(field comm_bytes_per_step <"$work/out$stage")" "$(field model_state_bytes_per_rank <"$work/out$stage")"
 done

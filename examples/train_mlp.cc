@@ -24,7 +24,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <tuple>
 
@@ -285,7 +287,14 @@ int main(int argc, char** argv) {
     options.layout = layout;
     options.plan_options = plan_options;
     auto s = client::TrainerSession::Start(options);
-    if (!s.ok()) return Fail(-1, s.status());
+    if (!s.ok()) {
+      // No rank was given yet: name the job, and the rank asked for when there was one.
+      const char* asked = std::getenv("ZEROD_RANK");
+      std::cerr << "train_mlp: job " << job << " (world " << world << ")"
+                << (asked != nullptr && *asked ? absl::StrCat(", rank ", asked) : "")
+                << ": the session did not start: " << s.status().message() << std::endl;
+      return 1;
+    }
     session = *std::move(s);
     rank = session->rank();
     world = session->world_size();
@@ -322,8 +331,12 @@ int main(int argc, char** argv) {
   }
 
   const examples::Dataset data(shape, seed);
-  double last_loss = 0, total_ms = 0;
+  double last_loss = 0, total_ms = 0, total_step_ms = 0;
+  // Where the steps after the first went: forward and backward (with the stage-3 gathers they
+  // waited for), the optimizer step, and the time blocked on collectives by kind.
+  std::map<std::string, double> waits_before;
   for (int64_t step = first_step; step <= steps; ++step) {
+    if (step == first_step + 1) waits_before = e->CollectiveWaitSeconds();
     const auto start = std::chrono::steady_clock::now();
     double loss = 0;
     for (int64_t micro = 0; micro < accumulation; ++micro) {
@@ -333,11 +346,15 @@ int main(int argc, char** argv) {
       if (!micro_loss.ok()) return Fail(rank, micro_loss.status());
       loss += *micro_loss / static_cast<double>(accumulation);
     }
+    const auto stepping = std::chrono::steady_clock::now();
     absl::StatusOr<engine::StepResult> result = e->Step();
     if (!result.ok()) return Fail(rank, result.status());
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (step > first_step) total_ms += ms;
+    const auto end = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(end - start).count();
+    if (step > first_step) {
+      total_ms += ms;
+      total_step_ms += std::chrono::duration<double, std::milli>(end - stepping).count();
+    }
     last_loss = loss;
     std::printf("step %ld loss %.6f time %.2f ms%s\n", static_cast<long>(step), loss, ms,
                 result->applied ? "" : " (skipped: gradient overflow)");
@@ -371,6 +388,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  const std::map<std::string, double> waits_after = e->CollectiveWaitSeconds();
   std::map<std::string, int64_t> sent = e->BytesSent();
   int64_t sent_total = 0;
   for (const auto& [name, bytes] : sent) sent_total += bytes;
@@ -382,7 +400,14 @@ int main(int argc, char** argv) {
     global_loss = static_cast<float>(*mean);
   }
   const int64_t steps_run = steps - first_step + 1;
-  const double step_time_ms = steps_run > 1 ? total_ms / static_cast<double>(steps_run - 1) : 0.0;
+  const double timed_steps = static_cast<double>(std::max<int64_t>(steps_run - 1, 1));
+  const double step_time_ms = steps_run > 1 ? total_ms / timed_steps : 0.0;
+  nlohmann::json breakdown = {
+      {"forward_backward_ms", RoundTo((total_ms - total_step_ms) / timed_steps, 3)},
+      {"optimizer_step_ms", RoundTo(total_step_ms / timed_steps, 3)}};
+  for (const auto& [kind, seconds] : waits_after) {
+    breakdown["wait_ms"][kind] = RoundTo((seconds - waits_before[kind]) * 1e3 / timed_steps, 3);
+  }
   std::printf("rank %ld: peak_rss_kib %ld, step_time_ms %.3f\n", static_cast<long>(rank),
               PeakRssKib(), step_time_ms);
   if (rank == 0) {
@@ -405,6 +430,7 @@ int main(int argc, char** argv) {
         {"first_step", first_step},
         {"comm_bytes_by_collective", sent},
         {"step_time_ms", RoundTo(step_time_ms, 3)},
+        {"step_breakdown", breakdown},
         {"peak_rss_kib", PeakRssKib()},
         {"plan_digest", plan.DigestHex()}};
     std::printf("%s\n", out.dump().c_str());

@@ -107,8 +107,11 @@ int64_t ZeroEngine::UnitOf(int64_t tensor) const {
   return plan_->placements()[static_cast<size_t>(tensor)].segment;
 }
 
-absl::Status ZeroEngine::Wait(std::unique_ptr<comm::Work> work) {
+absl::Status ZeroEngine::Wait(std::unique_ptr<comm::Work> work, WaitFor what) {
+  const absl::Time start = absl::Now();
   absl::Status s = work->Wait(options_.collective_timeout);
+  wait_ns_[static_cast<int>(what)].fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start),
+                                             std::memory_order_relaxed);
   if (s.code() == absl::StatusCode::kDeadlineExceeded) GiveUp(*work, s);
   return s.ok() ? s : Explain(std::move(s));
 }
@@ -120,11 +123,11 @@ void ZeroEngine::GiveUp(comm::Work& work, const absl::Status& why) {
   (void)work.Wait(options_.collective_timeout);
 }
 
-absl::Status ZeroEngine::WaitAll(std::vector<std::unique_ptr<comm::Work>> works) {
+absl::Status ZeroEngine::WaitAll(std::vector<std::unique_ptr<comm::Work>> works, WaitFor what) {
   absl::Status first;
   for (std::unique_ptr<comm::Work>& work : works) {
     if (first.ok()) {
-      first = Wait(std::move(work));
+      first = Wait(std::move(work), what);
     } else {
       GiveUp(*work, first);  // the communicator failed already: stop waiting for the rest
     }
@@ -212,7 +215,8 @@ absl::Status ZeroEngine::Broadcast(float* values, int64_t count, int64_t root) {
   ZEROD_ASSIGN_OR_RETURN(Buffer wire, Buffer::Allocate(ops_, DType::kFloat32, count));
   ZEROD_RETURN_IF_ERROR(ops_->Upload(wire.data(), values, wire.Bytes()));
   log_.Record("broadcast", count, DType::kFloat32);
-  ZEROD_RETURN_IF_ERROR(Wait(comm_->Broadcast(wire.data(), count, DType::kFloat32, root)));
+  ZEROD_RETURN_IF_ERROR(
+      Wait(comm_->Broadcast(wire.data(), count, DType::kFloat32, root), WaitFor::kOther));
   return ops_->Download(values, wire.data(), wire.Bytes());
 }
 
@@ -267,7 +271,7 @@ absl::Status ZeroEngine::LaunchGather(int64_t segment, int64_t gather) {
 absl::Status ZeroEngine::WaitGather(int64_t gather) {
   GatherBuffer& g = gathers_[static_cast<size_t>(gather)];
   if (g.gather == nullptr) return absl::OkStatus();
-  return Wait(std::move(g.gather));
+  return Wait(std::move(g.gather), WaitFor::kGather);
 }
 
 absl::Status ZeroEngine::DropGather(int64_t g) {
@@ -372,7 +376,7 @@ absl::Status ZeroEngine::ParamToFloat(int64_t tensor, float* out) {
 
 absl::Status ZeroEngine::FinishReduceScatter(BucketBuffer& bucket) {
   if (bucket.reduce == nullptr) return absl::OkStatus();
-  ZEROD_RETURN_IF_ERROR(Wait(std::move(bucket.reduce)));
+  ZEROD_RETURN_IF_ERROR(Wait(std::move(bucket.reduce), WaitFor::kReduce));
   const plan::OwnedRange mine = plan_->SliceOf(rank_, bucket.segment);
   ZEROD_RETURN_IF_ERROR(
       ops_->AddSame(grad_dtype(), grads_.Slice(mine), bucket.buffer.Slice(mine), mine.numel));
@@ -462,7 +466,8 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
     for (BucketBuffer& bucket : buckets_) ZEROD_RETURN_IF_ERROR(FinishReduceScatter(bucket));
   } else if (stage_ == 0) {
     log_.Record("all_reduce", grads_.memory.numel(), gd);
-    ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(grads_.memory.data(), grads_.memory.numel(), gd)));
+    ZEROD_RETURN_IF_ERROR(
+        Wait(comm_->AllReduce(grads_.memory.data(), grads_.memory.numel(), gd), WaitFor::kReduce));
   } else {
     std::vector<std::unique_ptr<comm::Work>> reductions;
     for (const plan::Segment& seg : plan_->segments()) {
@@ -470,7 +475,7 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
       reductions.push_back(
           comm_->ReduceScatter(grads_.memory.at(seg.flat_offset), seg.slice_numel, gd));
     }
-    ZEROD_RETURN_IF_ERROR(WaitAll(std::move(reductions)));
+    ZEROD_RETURN_IF_ERROR(WaitAll(std::move(reductions), WaitFor::kReduce));
   }
   const std::vector<plan::OwnedRange> ranges = plan_->OwnedRanges(rank_);
   // 2. Overflow and the global norm, from this rank's reduced gradients.
@@ -492,7 +497,8 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
       // The sum goes through the communicator's memory (the GPU with NCCL).
       ZEROD_RETURN_IF_ERROR(ops_->Upload(totals_.data(), totals, sizeof(totals)));
       log_.Record("all_reduce", 2, DType::kFloat32);
-      ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(totals_.data(), 2, DType::kFloat32)));
+      ZEROD_RETURN_IF_ERROR(
+          Wait(comm_->AllReduce(totals_.data(), 2, DType::kFloat32), WaitFor::kReduce));
       ZEROD_RETURN_IF_ERROR(ops_->Download(totals, totals_.data(), sizeof(totals)));
     }
     overflow = totals[0] > 0 || !std::isfinite(totals[1]);
@@ -577,6 +583,17 @@ std::map<std::string, int64_t> ZeroEngine::BytesSent() const {
   return sent;
 }
 
+std::map<std::string, double> ZeroEngine::CollectiveWaitSeconds() const {
+  auto seconds = [this](WaitFor what) {
+    return static_cast<double>(wait_ns_[static_cast<int>(what)].load(std::memory_order_relaxed)) /
+           1e9;
+  };
+  return {{"gather", seconds(WaitFor::kGather)},
+          {"reduce", seconds(WaitFor::kReduce)},
+          {"update", seconds(WaitFor::kUpdate)},
+          {"other", seconds(WaitFor::kOther)}};
+}
+
 int64_t ZeroEngine::AllocatedBytes() const {
   int64_t total = 0;
   for (const PlannedBuffer* b : {&params_, &grads_, &master_, &exp_avg_, &exp_avg_sq_}) {
@@ -593,7 +610,7 @@ absl::StatusOr<double> ZeroEngine::Average(double value) {
   float sum = static_cast<float>(value);
   ZEROD_RETURN_IF_ERROR(ops_->Upload(totals_.data(), &sum, sizeof(float)));
   log_.Record("all_reduce", 1, DType::kFloat32);
-  ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(totals_.f32(), 1, DType::kFloat32)));
+  ZEROD_RETURN_IF_ERROR(Wait(comm_->AllReduce(totals_.f32(), 1, DType::kFloat32), WaitFor::kOther));
   ZEROD_RETURN_IF_ERROR(ops_->Download(&sum, totals_.f32(), sizeof(float)));
   return static_cast<double>(sum) / static_cast<double>(plan_->world_size());
 }
@@ -613,7 +630,7 @@ absl::StatusOr<std::vector<float>> ZeroEngine::FullMasterParameters() {
       gathers.push_back(
           comm_->AllGather(full.memory.at(seg.flat_offset), seg.slice_numel, DType::kFloat32));
     }
-    ZEROD_RETURN_IF_ERROR(WaitAll(std::move(gathers)));
+    ZEROD_RETURN_IF_ERROR(WaitAll(std::move(gathers), WaitFor::kOther));
   }
   std::vector<float> host(static_cast<size_t>(plan_->padded_numel()));
   ZEROD_RETURN_IF_ERROR(ops_->Download(host.data(), full.memory.data(), full.memory.Bytes()));
@@ -638,7 +655,7 @@ absl::Status ZeroEngine::GatherParameters() {
     gathers.push_back(
         comm_->AllGather(params_.memory.at(seg.flat_offset), seg.slice_numel, param_dtype()));
   }
-  return WaitAll(std::move(gathers));
+  return WaitAll(std::move(gathers), WaitFor::kUpdate);
 }
 
 ZeroEngine::PlannedBuffer& ZeroEngine::State(StateTensor which) {

@@ -160,6 +160,11 @@ class ZeroEngine {
   int64_t AllocatedBytes() const;
   // By collective, over both communicators.
   std::map<std::string, int64_t> BytesSent() const;
+  // Seconds this engine's callers have spent blocked on collectives, by what they waited for:
+  // "gather" (stage-3 units), "reduce" (gradients, and the overflow flag with the norm), "update"
+  // (the new parameters after a step, stages 1-2), "other" (broadcasts, Average). Where a step's
+  // time goes that is not computation. Any thread may read it.
+  std::map<std::string, double> CollectiveWaitSeconds() const;
 
   // The mean of `value` over the ranks (a collective: every rank calls it), e.g. a global loss.
   // Reduced in fp32 in the engine's memory, and checked and explained as every collective is.
@@ -226,12 +231,13 @@ class ZeroEngine {
                            const std::function<void(int64_t, float*)>& init);
   // The one buffer of a category, or nullptr for the bucket and gather buffers (several each).
   PlannedBuffer* SingleBuffer(plan::MemoryCategory category);
-  absl::Status Wait(std::unique_ptr<comm::Work> work);
+  enum class WaitFor { kGather, kReduce, kUpdate, kOther, kCount };
+  absl::Status Wait(std::unique_ptr<comm::Work> work, WaitFor what);
   // Aborts `work` (and so its communicator) and waits until its buffers are let go.
   void GiveUp(comm::Work& work, const absl::Status& why);
   // Collectives issued back to back (they run in order on the communicator), waited for
   // together: no host round trip between them. The first failure is returned, explained.
-  absl::Status WaitAll(std::vector<std::unique_ptr<comm::Work>> works);
+  absl::Status WaitAll(std::vector<std::unique_ptr<comm::Work>> works, WaitFor what);
   // The cause of a failed collective: a loss already known, else a divergence of the ranks'
   // collective order, else what explain_failure finds given time.
   absl::Status Explain(absl::Status failure);
@@ -298,6 +304,7 @@ class ZeroEngine {
   LossScaler scaler_;
   int64_t step_ = 0;                      // applied steps: Adam's bias correction counts these
   std::atomic<int64_t> steps_taken_ = 0;  // applied or skipped, for step()
+  std::atomic<int64_t> wait_ns_[static_cast<int>(WaitFor::kCount)] = {};
   CollectiveLog log_;
 };
 

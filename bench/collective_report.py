@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""Tables from collective_bench's and collective_bench_torch.py's JSON lines (stdin or files).
+
+Per world size: for each op and size, zerod's time beside torch gloo's and their ratio, zerod's
+bus bandwidth (what each rank moves, per second) against the loopback bandwidth measured in the
+same run, and the share of the order check (the lead exchange) in zerod's time. Then the aims of
+issue 15: every collective at most torch's time, and 4 KiB within 1.5x the loopback round trip.
+
+  bench/collective_report.py zerod.jsonl torch.jsonl
+"""
+
+import fileinput
+import json
+import sys
+
+
+def size_name(n):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def moved_per_rank(op, world, size):
+    """Bytes each rank sends in a ring implementation: the bus bandwidth's numerator."""
+    if op == "all_reduce":
+        return 2 * (world - 1) * size / world
+    if op in ("reduce_scatter", "all_gather"):
+        return (world - 1) * size / world
+    return size  # broadcast: the root sends it, every other rank receives it
+
+
+def main():
+    rows = [json.loads(line) for line in fileinput.input() if line.strip().startswith("{")]
+    rtt = {r["bytes"]: r["rtt_us"] for r in rows if r["kind"] == "loopback_rtt"}
+    bandwidth = next((r["gb_per_s"] for r in rows if r["kind"] == "loopback_bandwidth"), None)
+    times = {}
+    for r in rows:
+        if r["kind"] == "collective":
+            times[(r["impl"], r["world"], r["op"], r["bytes"])] = r
+    leads = {(r["impl"], r["world"]): r["time_us"] for r in rows if r["kind"] == "lead"}
+    if rtt:
+        print("loopback TCP round trip (two processes, TCP_NODELAY): " +
+              ", ".join(f"{size_name(b)} {t:.1f} us" for b, t in sorted(rtt.items())))
+    if bandwidth:
+        print(f"loopback TCP bandwidth (one stream): {bandwidth:.2f} GB/s")
+    worst = []
+    for world in sorted({k[1] for k in times}):
+        print()
+        print(f"world {world}: zerod lead exchange (barrier) {leads.get(('zerod', world), 0):.1f} us,"
+              f" torch barrier {leads.get(('torch', world), 0):.1f} us")
+        print(f"{'op':<15}{'size':>9}{'zerod us':>11}{'torch us':>11}{'z/torch':>9}"
+              f"{'zerod GB/s':>12}{'of loopback':>13}{'check share':>13}")
+        for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+            for size in sorted({k[3] for k in times if k[1] == world and k[2] == op}):
+                z = times.get(("zerod", world, op, size))
+                t = times.get(("torch", world, op, size))
+                if z is None:
+                    continue
+                zt = z["time_us"]
+                tt = t["time_us"] if t else None
+                ratio = f"{zt / tt:.2f}" if tt else "n/a"
+                bus = moved_per_rank(op, world, size) / (zt * 1e-6) / 1e9
+                of_link = f"{bus / bandwidth:.2f}" if bandwidth else "-"
+                share = "inline" if z.get("inline") else f"{z['lead_share']:.0%}"
+                print(f"{op:<15}{size_name(size):>9}{zt:>11.1f}"
+                      f"{(f'{tt:.1f}' if tt else 'n/a'):>11}{ratio:>9}{bus:>12.2f}{of_link:>13}"
+                      f"{share:>13}")
+                if tt:
+                    worst.append((zt / tt, op, world, size))
+        if any(k[0] == "torch" and k[1] == world and k[2] == "reduce_scatter" for k in times):
+            print("(torch's gloo backend has no reduce_scatter)")
+    print()
+    if worst:
+        ratio, op, world, size = max(worst)
+        print(f"aim, every collective at most torch gloo's time: worst zerod/torch {ratio:.2f}"
+              f" ({op}, world {world}, {size_name(size)})")
+    small = [(r["time_us"], r["op"], r["world"]) for k, r in times.items()
+             if k[0] == "zerod" and k[3] == 4096]
+    if small and 4096 in rtt:
+        t, op, world = max(small)
+        print(f"aim, 4 KiB within 1.5x the loopback round trip ({rtt[4096]:.1f} us): worst"
+              f" {t / rtt[4096]:.2f}x ({op}, world {world})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
