@@ -408,6 +408,7 @@ int main(int argc, char** argv) {
   for (const auto& [kind, seconds] : waits_after) {
     breakdown["wait_ms"][kind] = RoundTo((seconds - waits_before[kind]) * 1e3 / timed_steps, 3);
   }
+  if (steps_run < 2) breakdown = nullptr;  // the first step (setup, first gathers) is not timed
   std::printf("rank %ld: peak_rss_kib %ld, step_time_ms %.3f\n", static_cast<long>(rank),
               PeakRssKib(), step_time_ms);
   if (rank == 0) {

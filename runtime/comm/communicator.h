@@ -6,8 +6,9 @@
 //
 // SPMD contract: every rank of the group calls the same collectives in the same order with the
 // same counts and dtypes. A rank that breaks it would hang or corrupt data in plain Gloo/NCCL;
-// here every collective has a timeout, the Gloo backend checks each collective against its ring
-// neighbours first, and the engine's CollectiveLog compares whole sequences.
+// here every collective has a timeout, the Gloo backend checks each collective against the other
+// ranks' in its first message (gloo/lead_exchange.h), and the engine's CollectiveLog compares
+// whole sequences.
 //
 // Collectives are asynchronous and run in the order they were called; each returns a Work. The
 // buffers must stay alive and untouched until Wait returns anything but DEADLINE_EXCEEDED: once
@@ -30,7 +31,9 @@ class Work {
  public:
   virtual ~Work() = default;
   // OK when the collective completed; DEADLINE_EXCEEDED when `timeout` passed first (the
-  // collective may still be running); the abort reason when the communicator was aborted.
+  // collective may still be running); the abort reason when the communicator was aborted; or the
+  // collective's own failure (UNAVAILABLE, naming it), which is also what a collective that ran
+  // past the communicator's timeout gives when the waiting thread ran it itself (Gloo).
   [[nodiscard]] virtual absl::Status Wait(absl::Duration timeout) = 0;
   // Gives up on this collective. The other ranks cannot skip it, so unless it has completed the
   // communicator is aborted with `why` (see Communicator::Abort).

@@ -5,7 +5,9 @@
 // and tests whose ranks are separate processes but need no coordinator. Each key is a file
 // (its name the key in hex); a write is a rename, so a reader sees a whole value or none;
 // read-modify-writes (Add, CompareSet) hold an flock on the directory's lock file. Waits poll
-// every millisecond. Not for production rendezvous: that is the coordinator's store.
+// every millisecond. Not for production rendezvous (that is the coordinator's store): Set does not
+// take the lock (a Set racing a CompareSet of the same key may be lost), and a key's file name is
+// its hex, so keys over about 127 bytes exceed NAME_MAX.
 
 #include <string>
 

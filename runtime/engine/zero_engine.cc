@@ -175,6 +175,7 @@ absl::Status ZeroEngine::InitParameters(const std::function<void(int64_t, float*
 
 absl::Status ZeroEngine::InitTensors(int64_t first, int64_t last,
                                      const std::function<void(int64_t, float*)>& init) {
+  ZEROD_RETURN_IF_ERROR(DropGatheredUnits());
   std::vector<float> full;
   std::vector<char> staged;  // values converted to a buffer's dtype, on the host
   auto upload = [&](PlannedBuffer& b, int64_t at, const float* values, int64_t n) {
@@ -264,6 +265,7 @@ absl::Status ZeroEngine::LaunchGather(int64_t segment, int64_t gather) {
   g.gather = gather_comm_->AllGather(g.buffer.memory.data(), mine.numel, param_dtype());
   g.segment = segment;
   g.requested = false;
+  g.last_use = 0;  // a prefetch nobody has asked for yet is the first to give way
   segments_[static_cast<size_t>(segment)].gather = gather;
   return absl::OkStatus();
 }
@@ -280,6 +282,13 @@ absl::Status ZeroEngine::DropGather(int64_t g) {
   segments_[static_cast<size_t>(buffer.segment)].gather = -1;
   buffer.segment = -1;
   buffer.requested = false;
+  return absl::OkStatus();
+}
+
+absl::Status ZeroEngine::DropGatheredUnits() {
+  for (size_t g = 0; g < gathers_.size(); ++g) {
+    if (gathers_[g].segment >= 0) ZEROD_RETURN_IF_ERROR(DropGather(static_cast<int64_t>(g)));
+  }
   return absl::OkStatus();
 }
 
@@ -352,10 +361,11 @@ absl::StatusOr<TensorView> ZeroEngine::Param(int64_t tensor) {
     return TensorView{params_.memory.at(place.flat_offset), param_dtype(), place.numel};
   }
   const int64_t g = segments_[static_cast<size_t>(place.segment)].gather;
-  if (g < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("engine: tensor '", plan_->tensors()[static_cast<size_t>(tensor)].name,
-                     "' (unit ", place.segment, ") used before Gather(", place.segment, ")"));
+  // A released unit may still sit in its buffer, but only until the next gather displaces it.
+  if (g < 0 || !gathers_[static_cast<size_t>(g)].requested) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine: tensor '", plan_->tensors()[static_cast<size_t>(tensor)].name, "' (unit ",
+        place.segment, ") used before Gather(", place.segment, ") or after its Release"));
   }
   ZEROD_RETURN_IF_ERROR(WaitGather(g));
   return TensorView{gathers_[static_cast<size_t>(g)].buffer.memory.at(place.segment_offset),
@@ -456,11 +466,8 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
         " gradients of the next); expected ", options_.accumulation_steps));
   }
   const DType gd = grad_dtype();
-  // Stage 3: the step changes the parameters, so every gathered copy (a unit still held, a
-  // prefetch not used) would be stale; each is dropped once its all-gather has landed.
-  for (size_t g = 0; g < gathers_.size(); ++g) {
-    if (gathers_[g].segment >= 0) ZEROD_RETURN_IF_ERROR(DropGather(static_cast<int64_t>(g)));
-  }
+  // Stage 3: the step changes the parameters.
+  ZEROD_RETURN_IF_ERROR(DropGatheredUnits());
   // 1. Finish the reductions.
   if (stage_ >= 2) {
     for (BucketBuffer& bucket : buckets_) ZEROD_RETURN_IF_ERROR(FinishReduceScatter(bucket));
@@ -755,9 +762,7 @@ absl::Status ZeroEngine::FinishRestore(const TrainingCounters& counters) {
     return absl::FailedPreconditionError(
         "engine: a restore in the middle of a step (after backward, before Step)");
   }
-  for (size_t g = 0; g < gathers_.size(); ++g) {
-    if (gathers_[g].segment >= 0) ZEROD_RETURN_IF_ERROR(DropGather(static_cast<int64_t>(g)));
-  }
+  ZEROD_RETURN_IF_ERROR(DropGatheredUnits());
   if (mixed()) {
     // The low-precision parameters are the master copy rounded, as Adam writes them.
     std::vector<float> master;

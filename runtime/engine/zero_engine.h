@@ -139,9 +139,13 @@ class ZeroEngine {
   absl::Status Broadcast(float* values, int64_t count, int64_t root);
 
   // Stage 3: Gather(unit) materialises a unit's parameters (waiting for them) and prefetches the
-  // next unit in the direction of travel into a free gather buffer; a prefetch nobody asked for is
-  // dropped when its buffer is needed. Release(unit) frees the unit's buffer. Step() drops every
-  // gathered unit, since it changes the parameters. Below stage 3 both are no-ops.
+  // next unit in the direction of travel. Release(unit) ends its use: Param() refuses it from
+  // then on, but its buffer keeps it until a gather needs the buffer, so gathering it again before
+  // then costs no all-gather. A gather or prefetch takes a free buffer, else displaces a prefetch
+  // nobody asked for, else the unit released longest ago. Step() and every write of the
+  // parameters (InitParameters*, a restore) drop every gathered unit. Since which unit is
+  // displaced decides which all-gathers run, every rank must Gather and Release in the same order
+  // (as it must issue every collective). Below stage 3 both are no-ops.
   int64_t UnitOf(int64_t tensor) const;
   int64_t num_units() const { return static_cast<int64_t>(plan_->segments().size()); }
   absl::Status Gather(int64_t unit);
@@ -249,11 +253,13 @@ class ZeroEngine {
   absl::StatusOr<BucketBuffer*> BucketFor(int64_t segment);
   absl::Status LaunchGather(int64_t segment, int64_t gather);
   absl::Status WaitGather(int64_t gather);
-  // A gather buffer to gather into: a free one, else the one whose unit (not `keep`) was released
-  // or prefetched longest ago, emptied; -1 when every buffer holds a unit in use.
+  // A gather buffer to gather into: a free one, else the one whose unit (not `keep`) is an unused
+  // prefetch or was released longest ago, emptied; -1 when every buffer holds a unit in use.
   absl::StatusOr<int64_t> FreeGatherBuffer(int64_t keep);
   // Frees gather buffer g once its all-gather has landed.
   absl::Status DropGather(int64_t g);
+  // Drops every gathered unit (once its all-gather has landed): the parameters are changing.
+  absl::Status DropGatheredUnits();
   // The fp32 parameters Adam updates: the master copy, or the parameters in fp32 training.
   PlannedBuffer& Master() { return mixed() ? master_ : params_; }
   PlannedBuffer& State(StateTensor which);

@@ -137,6 +137,9 @@ GlooCommunicator::~GlooCommunicator() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
+    // A caller running a small collective (RunOrWait) leaves it at once now the transport is
+    // closed; it still touches this object until then.
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !executing_; });
   }
   thread_.join();
 }

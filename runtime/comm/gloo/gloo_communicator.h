@@ -80,7 +80,7 @@ class GlooCommunicator final : public Communicator {
   void RunFront() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the connection to every peer, failing each Gloo wait in flight.
   void CloseConnections();
-  // The descriptor of the next collective (collective thread only).
+  // The descriptor of the next collective (by the thread running it).
   internal::CollectiveDescriptor Next(internal::CollectiveKind kind, int64_t count, DType dtype,
                                       int64_t root = 0);
   // What `peer` sent inline with its lead; throws unless it is `bytes` long.
@@ -94,7 +94,7 @@ class GlooCommunicator final : public Communicator {
   const int64_t rank_;
   const int64_t world_size_;
   const GlooOptions options_;
-  internal::LeadExchange leads_;  // collective thread only
+  internal::LeadExchange leads_;  // by the thread running a collective (executing_)
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Op>> queue_ ABSL_GUARDED_BY(mu_);
@@ -105,7 +105,7 @@ class GlooCommunicator final : public Communicator {
   bool executing_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, int64_t> sent_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> received_ ABSL_GUARDED_BY(mu_);
-  int64_t sequence_ = 0;  // collectives started; collective thread only
+  int64_t sequence_ = 0;  // collectives started; by the thread running a collective
   std::thread thread_;
 };
 

@@ -26,10 +26,12 @@ struct WireLead {
   int64_t dtype = 0;
   int64_t root = 0;
   int64_t payload_bytes = 0;
+  int64_t all_to_all_max_world = 0;  // the sender's lead options, which every rank must share
 };
 
-WireLead ToWire(const CollectiveDescriptor& d, size_t payload_bytes) {
+WireLead ToWire(const CollectiveDescriptor& d, size_t payload_bytes, int64_t max_world) {
   WireLead w;
+  w.all_to_all_max_world = max_world;
   w.sequence = d.sequence;
   w.kind = static_cast<int64_t>(d.kind);
   w.count = d.count;
@@ -98,6 +100,7 @@ LeadExchange::LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank,
                            int64_t all_to_all_max_world, std::chrono::milliseconds timeout)
     : context_(std::move(context)),
       rank_(rank),
+      all_to_all_max_world_(all_to_all_max_world),
       all_to_all_(world_size <= all_to_all_max_world),
       timeout_(timeout) {
   if (world_size < 2) return;
@@ -111,7 +114,9 @@ LeadExchange::LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank,
     std::sort(peers_.begin(), peers_.end());
     peers_.erase(std::unique(peers_.begin(), peers_.end()), peers_.end());
   }
-  const size_t capacity = sizeof(WireLead) + (all_to_all_ ? kMaxInlineBytes : 0);
+  // One capacity whatever the options, so that even a rank given other options (or a lead with
+  // data sent to a rank that expects none) cannot overrun a receive: the difference is named.
+  const size_t capacity = sizeof(WireLead) + kMaxInlineBytes;
   for (int peer : peers_) {
     auto p = std::make_unique<Peer>();
     p->rank = peer;
@@ -121,6 +126,7 @@ LeadExchange::LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank,
     p->out_buffer = context_->createUnboundBuffer(p->out.data(), p->out.size());
     slots_.push_back(std::move(p));
   }
+  PostReceives(1);  // so that even the first collective's leads go out at once
 }
 
 // The owner closes the transport first (GlooCommunicator aborts before it destroys this), so no
@@ -154,7 +160,7 @@ void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& 
     if (last_sender != nullptr && data == last_payload) {
       sender = last_sender;
     } else {
-      const WireLead header = ToWire(mine, data.second);
+      const WireLead header = ToWire(mine, data.second, all_to_all_max_world_);
       std::memcpy(sender->out.data(), &header, sizeof(header));
       if (data.second > 0) {
         std::memcpy(sender->out.data() + sizeof(header), data.first, data.second);
@@ -165,7 +171,7 @@ void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& 
     sender->out_buffer->send(p->rank, slot, 0, sizeof(WireLead) + data.second);
     ++sender->sends;
   }
-  const WireLead expected = ToWire(mine, 0);
+  const WireLead expected = ToWire(mine, 0, all_to_all_max_world_);
   for (auto& p : slots_) {
     if (!p->in_buffer->waitRecv(timeout_)) {
       throw std::runtime_error(
@@ -176,6 +182,12 @@ void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& 
     if (theirs.magic != kMagic) {
       throw std::runtime_error(
           absl::StrCat("rank ", p->rank, " sent a lead of another zerod wire version"));
+    }
+    if (theirs.all_to_all_max_world != all_to_all_max_world_) {
+      throw std::runtime_error(absl::StrCat(
+          "rank ", p->rank, " exchanges leads with every other rank up to worlds of ",
+          theirs.all_to_all_max_world, " ranks, rank ", rank_, " up to ", all_to_all_max_world_,
+          ": every rank must be given the same GlooOptions::lead_all_to_all_max_world"));
     }
     if (!SameCollective(theirs, expected)) {
       throw std::runtime_error(absl::StrCat("collective mismatch: rank ", rank_, " called ",

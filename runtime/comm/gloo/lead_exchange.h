@@ -16,7 +16,10 @@
 // then carry data); beyond that only the two ring neighbours (header only: checking each rank
 // against its predecessor checks the whole ring, and a rank's traffic stays O(1)).
 //
-// Used by the collective thread only.
+// Used by whichever thread runs the communicator's collectives (its collective thread, or a
+// caller running a small one), one at a time. Every rank of a group must be given the same
+// all_to_all_max_world (a rank that is not is named at the first collective), and kMaxInlineBytes
+// is part of the wire version (kMagic): changing it means a new magic.
 
 #include <chrono>
 #include <cstdint>
@@ -98,6 +101,7 @@ class LeadExchange {
 
   std::shared_ptr<gloo::Context> context_;
   const int64_t rank_;
+  const int64_t all_to_all_max_world_;
   const bool all_to_all_;
   const std::chrono::milliseconds timeout_;
   std::vector<int> peers_;

@@ -4,12 +4,14 @@
 // the order check between collectives that take different paths.
 
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/gloo/lead_exchange.h"
 #include "runtime/common/half.h"
+#include "runtime/common/mutex.h"
 #include "tests/runtime/comm/gloo_ranks.h"
 
 namespace zerod::comm {
@@ -202,6 +204,61 @@ TEST(GlooCollectivePaths, ManySmallCollectivesInARowStayInStep) {
         ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
       }
     }
+  });
+}
+
+// Ranks given different lead options must not abort the process (a lead with data arriving at a
+// rank that expects none): the leads' capacity does not depend on the options, and the difference
+// is named.
+TEST(GlooCollectivePaths, RanksGivenDifferentLeadOptionsAreNamedNotAborted) {
+  auto store = std::make_shared<PrefixStore>("options", std::make_shared<InMemoryStore>());
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions options;
+      options.timeout = absl::Seconds(20);
+      options.lead_all_to_all_max_world = r == 0 ? 16 : 1;
+      auto comm = GlooCommunicator::Create(store, r, 2, options);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      std::vector<float> data(10, 1.0f);
+      status[static_cast<size_t>(r)] =
+          (*comm)->AllReduce(data.data(), 10, DType::kFloat32)->Wait(absl::Seconds(20));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : status) {
+    EXPECT_THAT(std::string(s.message()), HasSubstr("lead_all_to_all_max_world")) << s;
+  }
+}
+
+// A waiter given at least the communicator's timeout runs a small collective on its own thread;
+// a mismatch and an abort reach it there just as they reach the collective thread.
+TEST(GlooCollectivePaths, ACallerRunningASmallCollectiveGetsMismatchesAndAborts) {
+  OnRanks(2, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(8, 1.0f);
+    const absl::Status s =
+        c.AllReduce(data.data(), r == 0 ? 8 : 4, DType::kFloat32)->Wait(absl::InfiniteDuration());
+    EXPECT_THAT(std::string(s.message()), HasSubstr("collective mismatch"));
+  });
+  Notification started;
+  OnRanks(2, [&](int64_t r, Communicator& c) {
+    if (r == 1) {
+      started.WaitForNotification();  // silent: rank 0's all-reduce cannot complete
+      absl::SleepFor(absl::Milliseconds(200));
+      c.Abort(absl::AbortedError("the peer's test is over"));
+      return;
+    }
+    std::vector<float> data(8, 1.0f);
+    auto work = c.AllReduce(data.data(), 8, DType::kFloat32);
+    std::thread aborter([&] {
+      started.Notify();
+      absl::SleepFor(absl::Milliseconds(100));
+      c.Abort(absl::CancelledError("rank 1 was lost (test)"));
+    });
+    const absl::Status s = work->Wait(absl::InfiniteDuration());  // runs it here
+    aborter.join();
+    EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 was lost (test)"));
   });
 }
 

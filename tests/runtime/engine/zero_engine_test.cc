@@ -695,9 +695,21 @@ TEST(ZeroEngine, AReleasedUnitGatheredAgainBeforeItsBufferIsNeededCostsNoAllGath
         EXPECT_EQ(gathered() - before, 3 * one_unit);
         ZEROD_RETURN_IF_ERROR(expect_values(1));
         ZEROD_RETURN_IF_ERROR(e->Release(1));
+        EXPECT_EQ(e->Param(2).status().code(), absl::StatusCode::kFailedPrecondition)
+            << "a released unit is not to be read, though its buffer may still hold it";
         ZEROD_RETURN_IF_ERROR(e->Gather(0));  // gone: gathered anew in place of unit 2 or 1
         EXPECT_EQ(gathered() - before, 4 * one_unit);
-        return expect_values(0);
+        ZEROD_RETURN_IF_ERROR(expect_values(0));
+        // New parameter values (a state dict loaded between forwards) leave no stale unit.
+        ZEROD_RETURN_IF_ERROR(e->Release(0));
+        ZEROD_RETURN_IF_ERROR(e->InitParameters([](int64_t, float* p) {
+          for (int64_t i = 0; i < 4; ++i) p[i] = 42.0f;
+        }));
+        ZEROD_RETURN_IF_ERROR(e->Gather(0));
+        std::vector<float> got(4);
+        ZEROD_RETURN_IF_ERROR(e->ParamToFloat(0, got.data()));
+        EXPECT_EQ(got, std::vector<float>(4, 42.0f)) << "the unit cached before the write is gone";
+        return absl::OkStatus();
       }();
     });
   }
