@@ -362,7 +362,10 @@ absl::StatusOr<TensorView> ZeroEngine::Param(int64_t tensor) {
   }
   const int64_t g = segments_[static_cast<size_t>(place.segment)].gather;
   // A released unit may still sit in its buffer, but only until the next gather displaces it.
-  if (g < 0 || !gathers_[static_cast<size_t>(g)].requested) {
+  // (A prefetch nobody has asked for yet may be read, as before Release existed as a cache.)
+  const bool released = g >= 0 && !gathers_[static_cast<size_t>(g)].requested &&
+                        gathers_[static_cast<size_t>(g)].last_use > 0;
+  if (g < 0 || released) {
     return absl::FailedPreconditionError(absl::StrCat(
         "engine: tensor '", plan_->tensors()[static_cast<size_t>(tensor)].name, "' (unit ",
         place.segment, ") used before Gather(", place.segment, ") or after its Release"));
