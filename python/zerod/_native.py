@@ -102,8 +102,13 @@ def _declare(lib):
 def library():
     global _lib
     if _lib is None:
-        lib = ctypes.CDLL(_library_path())
-        _declare(lib)
+        path = _library_path()
+        try:
+            lib = ctypes.CDLL(path)
+            _declare(lib)
+        except (OSError, AttributeError) as e:  # not a library, or another library's symbols
+            source = "ZEROD_LIB=" if os.environ.get("ZEROD_LIB") else ""
+            raise ZerodError(5, f"{source}{path}: not zerod's C library ({e})") from None
         _lib = lib
     return _lib
 

@@ -17,7 +17,8 @@ def model():
 @pytest.mark.parametrize("kwargs, message", [
     ({"stage": 4}, "unknown stage 4 (expected 0, 1, 2, 3 or 'auto')"),
     ({"stage": "three"}, "unknown stage 'three'"),
-    ({"dtype": "fp8"}, "unknown dtype 'fp8' (expected 'fp32', 'bf16' or 'fp16')"),
+    ({"dtype": "fp8"}, "unknown dtype 'fp8' (expected 'fp32', 'bf16' or 'fp16', or torch.float32"),
+    ({"dtype": torch.float64}, "unknown dtype torch.float64"),
     ({"optimizer": "sgd"}, "unknown optimizer 'sgd' (expected 'adam' or 'adamw')"),
     ({"lr": -1.0}, "invalid learning rate: -1.0"),
     ({"betas": (0.9, 1.0)}, "invalid betas: (0.9, 1.0)"),
@@ -25,6 +26,53 @@ def model():
     ({"weight_decay": -0.1}, "invalid weight_decay value: -0.1"),
     ({"max_grad_norm": -1.0}, "invalid max_grad_norm: -1.0"),
     ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps must be a positive integer"),
+    # Each argument's type, named (torch's TypeError from inside would name none of them).
+    ({"stage": True}, "unknown stage True"),
+    ({"stage": 3.0}, "unknown stage 3.0"),
+    ({"lr": "0.1"}, "lr must be a finite number (the learning rate, >= 0), not '0.1'"),
+    ({"lr": True}, "lr must be a finite number"),
+    ({"betas": 0.9}, "betas must be a pair of numbers in [0, 1) such as (0.9, 0.999), not 0.9"),
+    ({"betas": (0.9,)}, "betas must be a pair of numbers"),
+    ({"betas": (0.9, "0.999")}, "betas must be a pair of numbers"),
+    ({"eps": float("nan")}, "eps must be a finite number (>= 0), not nan"),
+    ({"weight_decay": None, "optimizer": 3}, "unknown optimizer 3"),
+    ({"weight_decay": "0.1"}, "weight_decay must be a finite number (>= 0), not '0.1'"),
+    ({"max_grad_norm": None}, "max_grad_norm must be a finite number"),
+    ({"gradient_accumulation_steps": 1.5}, "gradient_accumulation_steps must be a positive "
+                                           "integer, not 1.5"),
+    ({"bucket_cap_mb": 0}, "bucket_cap_mb must be a size in MiB > 0, not 0"),
+    ({"bucket_cap_mb": "25"}, "bucket_cap_mb must be a size in MiB > 0, not '25'"),
+    ({"gather_unit_mb": -1}, "gather_unit_mb must be a size in MiB > 0, not -1"),
+    ({"prefetch": True}, "prefetch must be 0 or 1 (the units gathered ahead"),
+    ({"prefetch": -1}, "prefetch must be 0 or 1"),
+    ({"prefetch": 2}, "prefetch=2: the engine prefetches one unit ahead"),
+    ({"max_live_units": 0}, "max_live_units must be an integer >= prefetch + 1 = 2"),
+    ({"max_live_units": 2.0}, "max_live_units must be an integer >= prefetch + 1 = 2"),
+    ({"initial_scale_power": 1000}, "initial_scale_power must be an integer 0 to 127"),
+    ({"cast_forward_inputs": "yes"}, "cast_forward_inputs must be True or False, not 'yes'"),
+    ({"threads": 0}, "threads must be an integer 1 to 1024, not 0"),
+    ({"collective_timeout": 0}, "collective_timeout must be a finite number of seconds > 0"),
+    ({"collective_timeout": True}, "collective_timeout must be a finite number of seconds > 0"),
+    ({"budget": -5, "stage": "auto"}, "budget must be a number of bytes per rank (an integer > "
+                                      "0), not -5"),
+    ({"device": 3}, "device must be a torch.device or a name such as 'cpu' or 'cuda:0', not 3"),
+    ({"device": "gpu0"}, "device must be a torch.device or a name"),
+    ({"job": ""}, "job must be a non-empty string, not ''"),
+    ({"endpoint": 5}, "endpoint must be a non-empty string, not 5"),
+    ({"rank": "0"}, "rank must be an integer >= 0, not '0'"),
+    ({"world_size": 0}, "world_size must be an integer >= 1, not 0"),
+    ({"rank": 2, "world_size": 2}, "rank 2 is not below world_size 2"),
+    # units=: a string is a class name, which must name a class of the model.
+    ({"units": "Linr"}, "units='Linr': no module of the model is a Linr (its module classes: "
+                        "Nested, Linear, Sequential, Block, LayerNorm)"),
+    ({"units": {nn.Conv2d}}, "no module of the model is a Conv2d"),
+    ({"units": 5}, "units=5: units= takes a module class or class name, a set of them, or a "
+                   "callable(name, module) -> bool"),
+    ({"units": [nn.Linear, 5]}, "5 is neither a module class nor a class name"),
+    ({"units": []}, "units=[] is empty"),
+    # Stage 3: the root's unit stays gathered while a layer's runs inside it.
+    ({"max_live_units": 1, "prefetch": 0}, "max_live_units=1 is below the units' nesting "
+                                           "depth, 2"),
 ])
 def test_bad_arguments_are_named_before_joining(kwargs, message):
     with pytest.raises(ZerodError) as error:

@@ -135,18 +135,34 @@ def test_load_state_dict_sets_the_master(one_rank_job, stage, dtype):
         torch.testing.assert_close(full[name], value, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("stage, dtype", [(3, "fp32"), (2, "bf16")])
-def test_in_place_changes_that_would_be_lost_are_refused(one_rank_job, stage, dtype):
+@pytest.mark.parametrize("stage, dtype, message", [
+    # Stage 3: the parameter is released, so the change itself is refused; 16 bits: at the step.
+    (3, "fp32", r"parameter '0.weight' is used \(by clamp_\) outside model\(...\)"),
+    (2, "bf16", "parameter '0.weight' was changed in place")])
+def test_in_place_changes_that_would_be_lost_are_refused(one_rank_job, stage, dtype, message):
     model, opt = zt.shard(net(), stage=stage, dtype=dtype)
     x, y = data(0)
     F.mse_loss(model(x).float(), y).backward()
     opt.step()
-    with torch.no_grad():
-        model[0].weight.clamp_(-0.05, 0.05)
-    # Stage 3 notices at the next gather (the forward), 16 bits at the step.
-    with pytest.raises(ZerodError, match="parameter '0.weight' was changed in place"):
+    with pytest.raises(ZerodError, match=message):
+        with torch.no_grad():
+            model[0].weight.clamp_(-0.05, 0.05)
         F.mse_loss(model(x).float(), y).backward()
         opt.step()
+
+
+def test_in_place_changes_to_a_gathered_unit_in_its_forward_are_refused(one_rank_job):
+    # Inside the unit's forward the parameter holds the gathered copy: the change is noticed
+    # when the unit is released.
+    model, opt = zt.shard(net(), stage=3)
+
+    def clamp(module, inputs):
+        with torch.no_grad():
+            module.weight.clamp_(-0.05, 0.05)
+    model[0].register_forward_pre_hook(clamp)
+    with pytest.raises(ZerodError, match="parameter '0.weight' was changed in place while its "
+                                         "unit was gathered"):
+        model(data(0)[0])
 
 
 def test_in_place_changes_in_fp32_below_stage_3_are_kept(one_rank_job):

@@ -9,6 +9,10 @@
         opt.step()
     state = zt.full_state_dict(model)       # every rank calls it
 
+At stage 3 a parameter holds its values only while its unit runs; code outside model(...) that
+reads parameters (a penalty on the weights) runs inside `with zt.gathered(model):`, and any other
+use of a released parameter is an error naming it.
+
 Checkpoints (every rank calls them, between steps): zt.save(dir, keep_last=3, user={"epoch": e})
 writes a sharded checkpoint (parameters, Adam's state, step, loss scale, each rank's buffers and
 frozen parameters, your `user` dict); zt.load(dir) restores the newest complete one at any world
@@ -21,59 +25,25 @@ parameters are everyone's.
 
 import atexit
 import collections
+import contextlib
 import io
 import json
-import math
 import os
 
 import torch
 
 from zerod._native import INVALID_ARGUMENT, FAILED_PRECONDITION, Session, ZerodError
 from zerod.torch import _layout
+from zerod.torch import _arguments
+from zerod.torch._arguments import bad as _bad
 from zerod.torch._memory import DTYPES
 from zerod.torch._runtime import Runtime
 
-__all__ = ["shard", "rank", "world_size", "full_state_dict", "load_state_dict", "average",
-           "memory_stats", "save", "load", "snapshot", "resume", "Checkpoint",
+__all__ = ["shard", "rank", "world_size", "gathered", "full_state_dict", "load_state_dict",
+           "average", "memory_stats", "save", "load", "snapshot", "resume", "Checkpoint",
            "shutdown", "ZeroOptimizer", "ZerodError"]
 
 _active = None  # the Runtime of this process's one session
-_STAGES = (0, 1, 2, 3, "auto")
-_OPTIMIZERS = ("adam", "adamw")
-
-
-def _bad(message):
-    return ZerodError(INVALID_ARGUMENT, f"zt.shard: {message}")
-
-
-def _check_arguments(stage, dtype, lr, betas, eps, weight_decay, optimizer, max_grad_norm,
-                     gradient_accumulation_steps, prefetch):
-    if stage not in _STAGES or isinstance(stage, bool):
-        raise _bad(f"unknown stage {stage!r} (expected 0, 1, 2, 3 or 'auto')")
-    if dtype not in DTYPES:
-        raise _bad(f"unknown dtype {dtype!r} (expected 'fp32', 'bf16' or 'fp16')")
-    if optimizer not in _OPTIMIZERS:
-        raise _bad(f"unknown optimizer {optimizer!r} (expected 'adam' or 'adamw')")
-    for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay),
-                        ("max_grad_norm", max_grad_norm)):
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise _bad(f"{name} must be a finite number, not {value!r}")
-    if not 0.0 <= lr:
-        raise _bad(f"invalid learning rate: {lr} (expected lr >= 0)")
-    if not 0.0 <= eps:
-        raise _bad(f"invalid epsilon value: {eps} (expected eps >= 0)")
-    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-        raise _bad(f"invalid betas: {betas} (expected two values in [0, 1))")
-    if not 0.0 <= weight_decay:
-        raise _bad(f"invalid weight_decay value: {weight_decay} (expected >= 0)")
-    if not 0.0 <= max_grad_norm:
-        raise _bad(f"invalid max_grad_norm: {max_grad_norm} (expected >= 0; 0 turns clipping off)")
-    if int(gradient_accumulation_steps) != gradient_accumulation_steps or \
-            gradient_accumulation_steps < 1:
-        raise _bad(f"gradient_accumulation_steps must be a positive integer, not "
-                   f"{gradient_accumulation_steps!r}")
-    if int(prefetch) != prefetch or prefetch < 0:
-        raise _bad(f"prefetch must be a non-negative integer, not {prefetch!r}")
 
 
 def _device_of(model, trainable, device):
@@ -108,18 +78,22 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
     zerod's memory (at stage 3, only while their unit runs).
 
     stage: 0, 1, 2, 3, or "auto" (the lowest stage whose memory fits `budget` bytes per rank).
-    dtype: "fp32", "bf16" or "fp16" (parameters and gradients; Adam's state is fp32; fp16 adds
-      dynamic loss scaling starting at 2**initial_scale_power: call opt.backward(loss)).
+    dtype: "fp32", "bf16" or "fp16", or the torch dtype (parameters and gradients; Adam's state
+      is fp32; fp16 adds dynamic loss scaling starting at 2**initial_scale_power: call
+      opt.backward(loss)).
     optimizer: "adamw" (decoupled weight decay, torch.optim.AdamW) or "adam" (torch.optim.Adam).
     weight_decay: torch's default for the optimizer when not given: 0.01 for AdamW, 0 for Adam.
     max_grad_norm: clip by the global norm when > 0 (torch.nn.utils.clip_grad_norm_).
     gradient_accumulation_steps: backward passes per opt.step(); gradients are averaged over
       them and over the ranks.
-    units (stage 3): which modules are gather units: module classes (as FSDP's
-      transformer_auto_wrap_policy), or a callable(name, module) -> bool; by default every
-      module that holds parameters. Parameters outside any unit belong to the root's unit.
-    prefetch: units gathered ahead (stage 3); max_live_units: gathered units held at once
-      (default: the units' nesting depth + prefetch + 1).
+    units (stage 3): which modules are gather units: a module class or class name, a set of
+      them (as FSDP's transformer_auto_wrap_policy, or accelerate's class names), or a
+      callable(name, module) -> bool; by default every module that holds parameters. Parameters
+      outside any unit belong to the root's unit. A parameter used outside model(...) (a penalty
+      on the weights) is read inside `with zt.gathered(model):`.
+    prefetch: 1 gathers the next unit while one runs (stage 3), 0 does not; the engine prefetches
+      one unit ahead, no more. max_live_units: gathered units held at once (default: the units'
+      nesting depth + prefetch + 1; at least the nesting depth and prefetch + 1).
     bucket_cap_mb: gradient reduction buckets (DDP's bucket_cap_mb and default, 25); at stages
       2-3 two bucket buffers of this size are allocated; gather_unit_mb: the
       largest unit formed by size when units are not labelled.
@@ -136,14 +110,17 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
         raise _bad(f"expected a torch.nn.Module, got {type(model).__name__}")
     if weight_decay is None:
         weight_decay = 0.01 if optimizer == "adamw" else 0.0
-    if not (isinstance(collective_timeout, (int, float)) and math.isfinite(collective_timeout)
-            and collective_timeout > 0):
-        raise _bad(f"collective_timeout must be a finite number of seconds > 0, not "
-                   f"{collective_timeout!r}")
     if hasattr(model, "_zerod_runtime"):
         raise ZerodError(FAILED_PRECONDITION, "zt.shard: this module was sharded already")
-    _check_arguments(stage, dtype, lr, betas, eps, weight_decay, optimizer, max_grad_norm,
-                     gradient_accumulation_steps, prefetch)
+    stage = _arguments.check_stage(stage, budget)
+    dtype = _arguments.dtype_name(dtype)
+    lr, betas, eps, weight_decay, max_grad_norm = _arguments.check_optimizer(
+        lr, betas, eps, weight_decay, optimizer, max_grad_norm)
+    _arguments.check_engine_knobs(gradient_accumulation_steps, prefetch, max_live_units,
+                                  bucket_cap_mb, gather_unit_mb, initial_scale_power,
+                                  cast_forward_inputs, threads, collective_timeout)
+    _arguments.check_job(job, rank, world_size, endpoint)
+    _arguments.check_device(device)
     trainable, frozen = _layout.collect(model, units)
     dev = _device_of(model, trainable, device)
     for e in trainable:
@@ -156,8 +133,13 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
     labelled = stage in (3, "auto")
     layout = [{"name": e.name, "shape": list(e.param.shape), "dtype": dtype,
                **({"unit": _layout.unit_label(e.unit)} if labelled else {})} for e in trainable]
+    depth = _layout.nesting_depth(trainable)
     if max_live_units is None:
-        max_live_units = _layout.nesting_depth(trainable) + prefetch + 1
+        max_live_units = depth + prefetch + 1
+    elif labelled and max_live_units < depth:
+        raise _bad(f"max_live_units={max_live_units} is below the units' nesting depth, {depth}: "
+                   f"a unit runs inside {depth - 1} enclosing unit(s) that stay gathered (pass "
+                   f"max_live_units >= {max(depth, prefetch + 1)}, or units= without nesting)")
     plan = {"stage": -1 if stage == "auto" else stage, "param_dtype": dtype, "grad_dtype": dtype,
             "optimizer": optimizer, "reduce_bucket_bytes": int(bucket_cap_mb * 2**20),
             "gather_unit_bytes": int(gather_unit_mb * 2**20), "prefetch_depth": int(prefetch),
@@ -343,6 +325,40 @@ def _env_int(name):
             f"zerod: {name} is not set and zt.shard has not joined a job yet; launch with "
             "zerorun, or call zt.shard first"))
     return int(value)
+
+
+@contextlib.contextmanager
+def gathered(module):
+    """Stage 3: the parameters of `module` (the sharded model or any of its submodules) hold
+    their values for the block, to be used outside model(...), as FSDP's summon_full_params and
+    DeepSpeed's GatheredParameters:
+
+        out = model(x)
+        with zt.gathered(model):
+            penalty = sum((p ** 2).sum() for p in model.parameters())
+        (loss_fn(out, y) + 1e-4 * penalty).backward()   # gradients flow as usual
+
+    A collective (every rank enters it, in the same order as its forwards). Each unit is gathered
+    in turn and copied out, so the block holds a copy of every parameter it covers; the copies go
+    at its end, and a parameter saved for backward is gathered again then. For reading: a change
+    made in place inside the block would be lost, and is an error at its end; opt.step() inside
+    it is refused. Below stage 3 the parameters always hold their values: nothing to do."""
+    rt = _require()
+    if module is not rt.model and not any(module is m for m in rt.model.modules()):
+        raise ZerodError(INVALID_ARGUMENT, (
+            "zt.gathered: the module is not the sharded model nor one of its submodules"))
+    if rt.stage < 3 or rt.closed:
+        yield module
+        return
+    wanted = {id(p) for p in module.parameters()}
+    units = sorted({rt.tensor_units[e.index] for e in rt.trainable if id(e.param) in wanted})
+    done = rt.materialize(units)
+    try:
+        yield module
+    except BaseException:
+        rt.unmaterialize(done, check=False)
+        raise
+    rt.unmaterialize(done)
 
 
 def rank():

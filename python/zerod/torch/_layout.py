@@ -13,6 +13,8 @@ import collections
 
 import torch
 
+from zerod._native import INVALID_ARGUMENT, ZerodError
+
 ROOT_UNIT = "<root>"
 
 
@@ -51,11 +53,50 @@ def _inside_attention(name, modules):
     return False
 
 
+def _bad_units(message):
+    return ZerodError(INVALID_ARGUMENT, f"zt.shard: units={message}")
+
+
+_UNITS_TAKES = ("units= takes a module class or class name, a set of them, or a "
+                "callable(name, module) -> bool")
+
+
+def _classes_rule(units, modules):
+    """A rule from module classes and class names (as accelerate's
+    transformer_layer_cls_to_wrap): each must name a class some module of the model has, so a
+    misspelt name is an error rather than one unit for everything."""
+    items = [units] if isinstance(units, (type, str)) else units
+    try:
+        items = list(items)
+    except TypeError:
+        raise _bad_units(f"{units!r}: {_UNITS_TAKES}") from None
+    if not items:
+        raise _bad_units(f"{units!r} is empty: {_UNITS_TAKES}")
+    classes, names = [], set()
+    for item in items:
+        if isinstance(item, str):
+            names.add(item)
+        elif isinstance(item, type) and issubclass(item, torch.nn.Module):
+            classes.append(item)
+        else:
+            raise _bad_units(f"{units!r}: {item!r} is neither a module class nor a class name; "
+                             f"{_UNITS_TAKES}")
+    classes = tuple(classes)
+    present = list(dict.fromkeys(type(m).__name__ for m in modules.values()))
+    missing = [n for n in sorted(names) if n not in present]
+    missing += [c.__name__ for c in classes
+                if not any(isinstance(m, c) for m in modules.values())]
+    if missing:
+        raise _bad_units(f"{units!r}: no module of the model is a {', '.join(missing)} (its "
+                         f"module classes: {', '.join(present)})")
+    return lambda name, module: isinstance(module, classes) or type(module).__name__ in names
+
+
 def _unit_rule(units, modules):
     """units: None (every module holding parameters; but a module whose forward uses its
     children's parameters directly keeps them: nn.MultiheadAttention reads out_proj.weight
-    without calling out_proj), an iterable of module classes, or a callable(name, module) ->
-    bool. `modules`: the model's modules by qualified name."""
+    without calling out_proj), module classes or class names (_classes_rule), or a
+    callable(name, module) -> bool. `modules`: the model's modules by qualified name."""
     if units is None:
         def default(name, module):
             if isinstance(module, torch.nn.MultiheadAttention):
@@ -64,11 +105,7 @@ def _unit_rule(units, modules):
         return default
     if callable(units) and not isinstance(units, type):
         return units
-    classes = tuple(units) if not isinstance(units, type) else (units,)
-    for c in classes:
-        if not isinstance(c, type):
-            raise TypeError(f"zt.shard: units= takes module classes or a callable, not {c!r}")
-    return lambda name, module: isinstance(module, classes)
+    return _classes_rule(units, modules)
 
 
 def collect(model, units=None):

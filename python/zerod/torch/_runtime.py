@@ -8,7 +8,11 @@ engine from torch's forward and backward.
   parameters has its gradient; otherwise each holds an empty placeholder (no memory). Saved
   activations that are views of a gathered parameter are packed as (parameter, geometry) and
   rebuilt from the parameter when backward needs them, since the gather buffer they pointed to may
-  hold another unit by then (gathering again if it must).
+  hold another unit by then (gathering again if it must). A released parameter used by any torch
+  call is an error naming it (_use_check.py). `zt.gathered(model)` gives the parameters of the
+  units it covers a private copy for a block (`materialize`), so that code outside model(...) can
+  read them; the parameter itself, if saved for backward, is packed by reference like a gathered
+  view, so the copy goes when the block ends.
 - Gradients: a hook on each parameter's AccumulateGrad node fires once per backward, after every
   use has contributed; the gradient goes to the engine as fp32 (whole segments at stages 2-3, so
   a bucket fills at a time) and p.grad is cleared. At the end of backward, parameters that got
@@ -24,7 +28,7 @@ from torch.autograd.graph import saved_tensors_hooks
 from zerod._native import ZerodError, FAILED_PRECONDITION, INVALID_ARGUMENT
 from zerod.torch._memory import DTYPES, storage_key, tensor_at
 
-from zerod.torch._use_check import UseCheck, available as use_check_available, tensors_in
+from zerod.torch._use_check import sharded_parameter_class, tensors_in
 
 
 def _cast_floats(value, dtype):
@@ -68,7 +72,7 @@ class Runtime:
         # Shapes as the module made them: at stage 3 a released parameter holds a placeholder.
         self.shapes = [tuple(e.param.shape) for e in trainable]
         self.numels = [e.param.numel() for e in trainable]
-        self.internal = 0  # > 0 while our own hooks run (the first forward's use check skips them)
+        self.internal = 0  # > 0 while our own code runs (the use check skips it)
         self.closed = False  # the session is gone (zt.shutdown)
         self.exporting = False  # zt.full_state_dict is reading model.state_dict()
         self.loading = False  # zt.load_state_dict is writing buffers
@@ -79,9 +83,11 @@ class Runtime:
             self.unit_entries[self.tensor_units[e.index]].append(e)
         self.placeholder = torch.empty(0, dtype=self.dtype, device=self.device)
         self.held = set()  # stage 3: units gathered for torch
+        self.materialized = set()  # stage 3: units whose parameters zt.gathered copied out
         self.live = {}  # stage 3: storage address -> entry, for gathered parameters
-        self.checked_modes = set()  # grad modes whose first forward ran the use check
         self.saved_hooks = []  # saved-tensor hooks entered by units running now
+        self.forward_depth = 0  # > 0 while model(...) runs
+        self.gathered_hooks = []  # saved-tensor hooks entered by zt.gathered blocks open now
         self.versions = [0] * len(trainable)  # p._version when zerod last set the parameter
         self.owner = None  # keeps the session's memory alive while a view of it exists
         self.micro_steps = 0
@@ -94,6 +100,13 @@ class Runtime:
     # ---- binding -------------------------------------------------------------------------------
 
     def bind(self):
+        self.internal += 1
+        try:
+            self._bind()
+        finally:
+            self.internal -= 1
+
+    def _bind(self):
         for e in self.trainable:
             e.param.grad = None
             # The AccumulateGrad node records the parameter's shape and dtype when it is made,
@@ -121,6 +134,9 @@ class Runtime:
                 module._forward_pre_hooks.move_to_end(pre.id, last=False)
                 self._hook_handles.append(pre)
                 self._hook_handles.append(module.register_forward_hook(self._post_forward(unit)))
+            checked = sharded_parameter_class(self)
+            for e in self.trainable:
+                e.param.__class__ = checked
         original = self.model.forward
         runtime = self
 
@@ -140,6 +156,7 @@ class Runtime:
         stage 3 when `keep_parameters`), and the runtime lets go of the memory's owner, so the
         memory goes when the last other view of it does (a state_dict() taken earlier)."""
         self.closed = True
+        self.internal += 1  # stage 3's parameters keep their class: a later use names the cause
         for handle in self._hook_handles:
             handle.remove()
         while self.saved_hooks:
@@ -151,6 +168,8 @@ class Runtime:
                     e.param.data = e.param.data.clone()
                 else:
                     e.param.data = self.placeholder
+        self.materialized.clear()
+        self.internal -= 1
 
     # ---- forward -------------------------------------------------------------------------------
 
@@ -164,13 +183,11 @@ class Runtime:
         self.check_parameters()
         if self.cast_inputs:
             args, kwargs = _cast_floats(args, self.dtype), _cast_floats(kwargs, self.dtype)
-        mode = torch.is_grad_enabled()
-        if self.stage < 3 or mode in self.checked_modes or not use_check_available:
+        self.forward_depth += 1
+        try:
             return original(*args, **kwargs)
-        # The first forward with and without grad: no parameter used while its unit is released.
-        self.checked_modes.add(mode)
-        with UseCheck(self):
-            return original(*args, **kwargs)
+        finally:
+            self.forward_depth -= 1
 
     def check_parameters(self):
         """A parameter added (or made trainable) after zt.shard would silently not train."""
@@ -219,8 +236,14 @@ class Runtime:
                 self.gather(unit)
         return hook
 
+    def has_values(self, e):
+        """Whether a stage-3 parameter holds its values now (gathered, or copied by
+        zt.gathered)."""
+        unit = self.tensor_units[e.index]
+        return unit in self.held or unit in self.materialized
+
     def gather(self, unit):
-        if unit in self.held:
+        if unit in self.held or unit in self.materialized:
             return
         self.internal += 1
         try:
@@ -258,11 +281,16 @@ class Runtime:
             self.release(unit)
 
     def _pack(self, t):
-        if not self.live or t.layout != torch.strided:
+        if not (self.live or self.materialized):
             return t
         self.internal += 1
         try:
+            if t.layout != torch.strided:
+                return t
             e = self.live.get(storage_key(t))
+            if e is None and self.materialized:
+                # A parameter holding zt.gathered's copy: the copy goes at the block's end.
+                e = self.by_id.get(id(t))
             return t if e is None else _SavedParameter(e, t)
         finally:
             self.internal -= 1
@@ -272,7 +300,68 @@ class Runtime:
             return saved
         unit = self.tensor_units[saved.entry.index]
         self.gather(unit)  # normally gathered by the unit's backward hook already
-        return saved.entry.param.data.as_strided(saved.size, saved.stride, saved.offset)
+        self.internal += 1
+        try:
+            return saved.entry.param.data.as_strided(saved.size, saved.stride, saved.offset)
+        finally:
+            self.internal -= 1
+
+    # ---- zt.gathered ---------------------------------------------------------------------------
+
+    def materialize(self, units):
+        """Gives the parameters of `units` a private copy of their values, one unit through the
+        gather buffers at a time, until `unmaterialize`. Units a running forward holds keep their
+        gathered views."""
+        hooks = saved_tensors_hooks(self._pack, self._unpack)
+        hooks.__enter__()
+        self.gathered_hooks.append(hooks)
+        done = []
+        self.internal += 1
+        try:
+            for unit in units:
+                if unit in self.held or unit in self.materialized:
+                    continue
+                self.gather(unit)
+                for e in self.unit_entries[unit]:
+                    view = e.param.data
+                    self.live.pop(storage_key(view), None)
+                    e.param.data = view.clone()
+                    self.versions[e.index] = e.param._version
+                if self.device.type == "cuda":
+                    # The copies are queued on torch's stream: the buffer must outlive them.
+                    torch.cuda.current_stream(self.device).synchronize()
+                self.session.release(unit)
+                self.held.discard(unit)
+                self.materialized.add(unit)
+                done.append(unit)
+        except BaseException:
+            self.unmaterialize(done, check=False)
+            raise
+        finally:
+            self.internal -= 1
+        return done
+
+    def unmaterialize(self, units, check=True):
+        """The end of a zt.gathered block: its copies go (views of them that the program kept stay
+        valid: they hold the copy). A change made to a copy in place would be lost: an error."""
+        self.gathered_hooks.pop().__exit__(None, None, None)
+        self.internal += 1
+        try:
+            changed = None
+            for unit in units:
+                self.materialized.discard(unit)
+                for e in self.unit_entries[unit]:
+                    if changed is None and e.param._version != self.versions[e.index]:
+                        changed = e
+                    e.param.data = self.placeholder
+                    self.versions[e.index] = e.param._version
+        finally:
+            self.internal -= 1
+        if check and changed is not None and not self.closed:
+            raise ZerodError(FAILED_PRECONDITION, (
+                f"zerod: parameter '{changed.name}' was changed in place inside zt.gathered"
+                "(model), which gathers for reading: the change would be lost (zerod's fp32 "
+                "master copy is the parameter): load new values with zt.load_state_dict"))
 
     # ---- backward ------------------------------------------------------------------------------
 
@@ -363,6 +452,10 @@ class Runtime:
     def step(self, lr):
         if self.in_backward:
             raise ZerodError(FAILED_PRECONDITION, "zerod: opt.step() during backward")
+        if self.materialized:
+            raise ZerodError(FAILED_PRECONDITION, (
+                "zerod: opt.step() inside zt.gathered(model): the block holds copies of the "
+                "parameters that the step would leave stale; step after the block"))
         if self.micro_steps != self.accumulation:
             raise ZerodError(FAILED_PRECONDITION, (
                 f"zerod: opt.step() after {self.micro_steps} backward pass(es); expected "

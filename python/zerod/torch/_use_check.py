@@ -1,52 +1,80 @@
-"""The first forward at stage 3 (with and without grad): a parameter used while its unit is
-released would fail later with a shape error far from the cause (its data is an empty
-placeholder), or not at all. Under this TorchFunctionMode every torch call is looked at, and a
-released parameter among its arguments is named at once with the fix (units=)."""
+"""Stage 3: a released parameter's data is an empty placeholder, so any computation on it would read
+nothing, silently (a sum is 0.0) or with a shape error far from the cause (in backward). Every
+trainable parameter's class becomes a subclass of nn.Parameter whose __torch_function__ looks at
+each torch call the parameter takes part in, and names a released parameter at once, with the way
+out: `with zt.gathered(model):` for a use outside model(...), units= for a use inside another
+unit's forward. (A TorchFunctionMode would see only calls made while it is entered, i.e. inside the
+forward; the class sees every call, wherever it is made.)"""
 
 import torch
 
-from zerod._native import ZerodError, INVALID_ARGUMENT
+from zerod._native import ZerodError, FAILED_PRECONDITION, INVALID_ARGUMENT
 from zerod.torch._layout import unit_label
 
-try:  # torch >= 1.13
-    from torch.overrides import TorchFunctionMode
-    available = True
-except ImportError:  # pragma: no cover
-    TorchFunctionMode = object
-    available = False
-
-# Functions that look at a tensor without reading its values: allowed on a released parameter.
+# Calls that look at a tensor without reading its values: allowed on a released parameter.
 _INSPECTIONS = frozenset((
-    "__get__", "__set__", "__repr__", "__format__", "__hash__", "size", "dim", "numel",
-    "nelement", "stride", "storage_offset", "element_size", "data_ptr", "storage",
-    "untyped_storage", "_typed_storage", "is_contiguous", "is_floating_point", "is_complex",
-    "register_hook", "requires_grad_", "get_device", "type", "__len__"))
+    "__repr__", "__format__", "__hash__", "size", "dim", "numel", "nelement", "stride",
+    "storage_offset", "element_size", "data_ptr", "storage", "untyped_storage", "_typed_storage",
+    "is_contiguous", "is_floating_point", "is_complex", "register_hook", "requires_grad_",
+    "get_device", "type", "__len__", "__reduce_ex__", "__deepcopy__"))
+# As nn.Parameter's own __torch_function__: torch 2.x disables subclass handling only (a user's
+# TorchFunctionMode still sees the call); torch 1.13 has only the switch for both.
+_plain_results = getattr(torch._C, "DisableTorchFunctionSubclass", torch._C.DisableTorchFunction)
+# Attributes whose value is the parameter's values (or a view of them); the others (grad,
+# requires_grad, shape, device, _version, ...) may be read and set on a released parameter.
+_VALUE_ATTRIBUTES = frozenset(("data", "T", "mT", "H", "mH", "real", "imag"))
 
 
-class UseCheck(TorchFunctionMode):
-    """The first forward at stage 3: a parameter whose unit is not gathered must not be used.
-    (Looking at its size, storage or device is fine: _INSPECTIONS.)"""
+def sharded_parameter_class(runtime):
+    """The class a stage-3 runtime gives its trainable parameters (one per runtime, which it
+    checks against)."""
 
-    def __init__(self, runtime):
-        super().__init__()
-        self.runtime = runtime
+    class ShardedParameter(torch.nn.Parameter):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if not runtime.internal:
+                _check(runtime, func, args, kwargs)
+            with _plain_results():  # results are plain tensors, as nn.Parameter's are
+                return func(*args, **kwargs)
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        rt = self.runtime
-        if rt.internal or getattr(func, "__name__", "") in _INSPECTIONS:
-            return func(*args, **kwargs)
-        for t in tensors_in((args, kwargs)):
-            e = rt.by_id.get(id(t))
-            if e is not None and rt.tensor_units[e.index] not in rt.held:
-                name = getattr(func, "__name__", str(func))
-                raise ZerodError(INVALID_ARGUMENT, (
-                    f"zerod: parameter '{e.name}' is used (by {name}) outside the forward of its "
-                    f"gather unit '{unit_label(e.unit)}'; at stage 3 a unit's parameters exist "
-                    "only during its forward: pass zt.shard(..., units=...) so that one unit "
-                    f"encloses every use of '{e.name}' (for instance the module class whose "
-                    "forward uses it)"))
-        return func(*args, **kwargs)
+    return ShardedParameter
+
+
+def _check(rt, func, args, kwargs):
+    name = getattr(func, "__name__", "")
+    if name in ("__get__", "__set__"):
+        attribute = getattr(getattr(func, "__self__", None), "__name__", "")
+        if attribute not in _VALUE_ATTRIBUTES:
+            return
+        name = f"{'reading' if name == '__get__' else 'setting'} .{attribute}"
+    elif name in _INSPECTIONS:
+        return
+    for t in tensors_in((args, kwargs)):
+        e = rt.by_id.get(id(t))
+        if e is not None and not rt.has_values(e):
+            raise _released(rt, e, name or str(func))
+
+
+def _released(rt, e, used_by):
+    unit = unit_label(e.unit)
+    if rt.closed:
+        return ZerodError(FAILED_PRECONDITION, (
+            f"zerod: parameter '{e.name}' is used (by {used_by}) after zt.shutdown: at stage 3 "
+            "its values lived in zerod; take zt.full_state_dict(model) before leaving"))
+    if rt.forward_depth or rt.saved_hooks:  # the use is in the forward (or a unit's recompute)
+        return ZerodError(INVALID_ARGUMENT, (
+            f"zerod: parameter '{e.name}' is used (by {used_by}) outside the forward of its "
+            f"gather unit '{unit}'; at stage 3 a unit's parameters exist only during its "
+            "forward: pass zt.shard(..., units=...) so that one unit encloses every use of "
+            f"'{e.name}' (for instance the module class whose forward uses it)"))
+    return ZerodError(FAILED_PRECONDITION, (
+        f"zerod: parameter '{e.name}' is used (by {used_by}) outside model(...), while its "
+        f"gather unit '{unit}' is released: at stage 3 it holds no values between forwards, so "
+        "this would read an empty tensor. Use parameters outside the forward (a penalty on the "
+        "weights, a norm to log) inside `with zt.gathered(model):`, which gathers them for the "
+        "block (gradients flow as usual); zt.full_state_dict(model) gathers them all into a "
+        "copy"))
 
 
 def tensors_in(value):
