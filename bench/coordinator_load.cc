@@ -2,12 +2,17 @@
 // for S seconds, then leave (or, with --stay, exit without leaving). Beside the daemon's figures
 // it measures the peer: a bare gRPC health check against the same daemon at the same concurrency,
 // i.e. what gRPC itself costs on this machine. Every call carries the job's token (--token, else a
-// new one). With --baseline-endpoint (a zerod started with --no-auth), the join and heartbeat
-// phases run again there, in the same run, and the cost of authentication is printed as ratios.
+// new one). With --baseline-endpoint (a zerod started with --no-auth), the cost of authentication
+// is measured in --rounds rounds, each a fresh job on each daemon, in the order A B, B A, A B, ...
+// (A: --endpoint, B: the baseline), before the main load, and printed as the mean of the rounds'
+// ratios with their range.
+// The order alternates because whichever daemon runs second in a round is favoured (a warmer
+// machine, caches, the client's own channels): with both daemons --no-auth, always measuring A
+// first gave A x1.79 the join+plan time of B, which is no cost of anything.
 //
 //   build/bin/coordinator_load --endpoint E --job J --ranks N --seconds S [--stay]
 //       [--channels 8] [--daemon-pid P] [--peer-seconds 3] [--token T]
-//       [--baseline-endpoint E2]
+//       [--baseline-endpoint E2 [--rounds 4]]
 //
 // The last line is one JSON object.
 
@@ -28,6 +33,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"  // SetMutexDeadlockDetectionMode, for gRPC's mutexes
 #include "absl/time/clock.h"
@@ -44,7 +50,7 @@ using namespace zerod;
 
 struct Flags {
   std::string endpoint, job = "load", token, baseline_endpoint;
-  int64_t ranks = 1024, channels = 8, daemon_pid = 0;
+  int64_t ranks = 1024, channels = 8, daemon_pid = 0, rounds = 4;
   double seconds = 5, peer_seconds = 3;
   bool stay = false;
 };
@@ -126,6 +132,33 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& endp
   }
   return channels;
 }
+
+// The mean, median and range of a few ratios (the median: a loaded machine gives outliers).
+struct Spread {
+  std::vector<double> values;
+  void Add(double x) { values.push_back(x); }
+  double Mean() const {
+    double sum = 0;
+    for (double v : values) sum += v;
+    return values.empty() ? 0 : sum / static_cast<double>(values.size());
+  }
+  double Median() const {
+    if (values.empty()) return 0;
+    std::vector<double> v = values;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  }
+  double Min() const {
+    return values.empty() ? 0 : *std::min_element(values.begin(), values.end());
+  }
+  double Max() const {
+    return values.empty() ? 0 : *std::max_element(values.begin(), values.end());
+  }
+  std::string Text() const {
+    return absl::StrFormat("x%.3f (median %.3f, %.3f..%.3f)", Mean(), Median(), Min(), Max());
+  }
+};
 
 // One job's load on one daemon: join and plan, closed-loop heartbeats, and (unless `stay`) leave.
 struct LoadResult {
@@ -332,12 +365,16 @@ int main(int argc, char** argv) {
   app.add_option("--token", f.token, "The job's token (default: a new one)");
   app.add_option("--baseline-endpoint", f.baseline_endpoint,
                  "A zerod started with --no-auth: run the load there too and compare");
+  app.add_option("--rounds", f.rounds,
+                 "With --baseline-endpoint: rounds of one fresh job on each daemon, in "
+                 "alternating order")
+      ->capture_default_str();
   app.add_flag("--stay", f.stay, "Exit without leaving (ranks are then lost by lease expiry)");
   CLI11_PARSE(app, argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as zerod does
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (f.ranks < 1 || f.channels < 1) {
-    std::fprintf(stderr, "coordinator_load: --ranks and --channels must be at least 1\n");
+  if (f.ranks < 1 || f.channels < 1 || f.rounds < 1) {
+    std::fprintf(stderr, "coordinator_load: --ranks, --channels and --rounds must be at least 1\n");
     return 2;
   }
   const int64_t pid = f.daemon_pid ? f.daemon_pid : FindDaemon();
@@ -348,6 +385,42 @@ int main(int argc, char** argv) {
   if (f.token.empty()) {
     std::random_device random;
     for (int i = 0; i < 8; ++i) f.token += absl::StrFormat("%08x", random());
+  }
+  // The rounds come first, while neither daemon has served anything: the main load and the peer's
+  // thousands of calls in flight below would leave A's gRPC server grown and B's not.
+  std::optional<Spread> join_ratio, rate_ratio, p99_ratio;
+  if (!f.baseline_endpoint.empty()) {
+    auto baseline_channels = MakeChannels(f.baseline_endpoint, f.channels);
+    std::vector<std::unique_ptr<v1::Coordinator::Stub>> baseline_stubs;
+    for (auto& c : baseline_channels) baseline_stubs.push_back(v1::Coordinator::NewStub(c));
+    join_ratio.emplace();
+    rate_ratio.emplace();
+    p99_ratio.emplace();
+    for (int64_t round = 0; round < f.rounds; ++round) {
+      // A fresh job on each daemon, and the jobs leave: every round starts from the same state.
+      Flags a = f, b = f;
+      a.job = absl::StrCat(f.job, "-auth-", round);
+      b.job = absl::StrCat(f.job, "-noauth-", round);
+      a.stay = b.stay = false;
+      const std::string tag = absl::StrCat("round ", round + 1, "/", f.rounds, " ");
+      LoadResult with, without;
+      if (round % 2 == 0) {
+        with = RunLoad(a, stubs, f.token, 0, tag + "with authentication: ");
+        without = RunLoad(b, baseline_stubs, f.token, 0, tag + "without authentication: ");
+      } else {
+        without = RunLoad(b, baseline_stubs, f.token, 0, tag + "without authentication: ");
+        with = RunLoad(a, stubs, f.token, 0, tag + "with authentication: ");
+      }
+      if (!with.ok || !without.ok) return 1;
+      join_ratio->Add(with.join_plan_s / without.join_plan_s);
+      rate_ratio->Add(with.hb_rate / without.hb_rate);
+      p99_ratio->Add(with.hb_p99 / without.hb_p99);
+    }
+    std::printf(
+        "authentication costs, mean of %ld rounds in alternating order (median, min..max): "
+        "join+plan %s, heartbeats/s %s, heartbeat p99 %s\n",
+        static_cast<long>(f.rounds), join_ratio->Text().c_str(), rate_ratio->Text().c_str(),
+        p99_ratio->Text().c_str());
   }
   const LoadResult load = RunLoad(f, stubs, f.token, pid, "");
   if (!load.ok) return 1;
@@ -394,17 +467,6 @@ int main(int argc, char** argv) {
   std::printf("peer (bare gRPC health check, %ld in flight): %.0f calls/s, p99 %.2f ms\n",
               static_cast<long>(peer_concurrency), peer_rate, peer_latency.PercentileMs(0.99));
 
-  std::optional<LoadResult> baseline;
-  if (!f.baseline_endpoint.empty()) {
-    auto baseline_channels = MakeChannels(f.baseline_endpoint, f.channels);
-    std::vector<std::unique_ptr<v1::Coordinator::Stub>> baseline_stubs;
-    for (auto& c : baseline_channels) baseline_stubs.push_back(v1::Coordinator::NewStub(c));
-    baseline = RunLoad(f, baseline_stubs, f.token, 0, "without authentication: ");
-    if (!baseline->ok) return 1;
-    std::printf("authentication costs: join+plan x%.3f, heartbeats/s x%.3f, heartbeat p99 x%.3f\n",
-                load.join_plan_s / baseline->join_plan_s, load.hb_rate / baseline->hb_rate,
-                load.hb_p99 / baseline->hb_p99);
-  }
   const double leave_s = load.leave_s;
   const double join_plan_s = load.join_plan_s, hb_rate = load.hb_rate, hb_p50 = load.hb_p50,
                hb_p99 = load.hb_p99;
@@ -415,12 +477,14 @@ int main(int argc, char** argv) {
       "\"heartbeats_per_s\": %.0f, \"heartbeat_p50_ms\": %.3f, \"heartbeat_p99_ms\": %.3f, "
       "\"heartbeat_errors\": %ld, \"peer_grpc_calls_per_s\": %.0f, \"leave_s\": %.3f, "
       "\"daemon_rss_kib_after_join\": %ld, \"daemon_rss_kib\": %ld, "
-      "\"baseline_join_plan_s\": %.3f, \"baseline_heartbeats_per_s\": %.0f, "
-      "\"baseline_heartbeat_p99_ms\": %.3f}\n",
+      "\"auth_rounds\": %ld, \"auth_join_plan_ratio\": %.3f, \"auth_heartbeat_rate_ratio\": %.3f, "
+      "\"auth_heartbeat_p99_ratio\": %.3f, \"auth_join_plan_ratio_median\": %.3f, "
+      "\"auth_heartbeat_rate_ratio_median\": %.3f}\n",
       static_cast<long>(f.ranks), static_cast<long>(f.channels), join_plan_s,
       static_cast<long>(heartbeats.load()), hb_rate, hb_p50, hb_p99,
       static_cast<long>(heartbeat_errors.load()), peer_rate, leave_s, rss_after_join, rss_after_hb,
-      baseline ? baseline->join_plan_s : 0.0, baseline ? baseline->hb_rate : 0.0,
-      baseline ? baseline->hb_p99 : 0.0);
+      static_cast<long>(join_ratio ? f.rounds : 0), join_ratio ? join_ratio->Mean() : 0.0,
+      rate_ratio ? rate_ratio->Mean() : 0.0, p99_ratio ? p99_ratio->Mean() : 0.0,
+      join_ratio ? join_ratio->Median() : 0.0, rate_ratio ? rate_ratio->Median() : 0.0);
   return 0;
 }

@@ -77,8 +77,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   if (!endpoint.ok()) return endpoint.status();
   auto credentials = ChannelCredentialsFor(*endpoint, options);
   if (!credentials.ok()) return credentials.status();
-  return std::unique_ptr<CoordinatorClient>(
+  const bool tls =
+      !absl::StartsWith(*endpoint, "unix:") &&
+      !(options.tls_ca_file.empty() ? Env("ZEROD_TLS_CA") : options.tls_ca_file).empty();
+  auto client = std::unique_ptr<CoordinatorClient>(
       new CoordinatorClient(options, *endpoint, *std::move(credentials)));
+  client->tls_ = tls;
+  return client;
 }
 
 CoordinatorClient::CoordinatorClient(ClientOptions options, std::string endpoint,
@@ -113,11 +118,14 @@ std::string CoordinatorClient::TokenOf(const std::string& job_id) {
 }
 
 void CoordinatorClient::Authenticate(grpc::ClientContext& context, const std::string& job_id) {
-  if (const std::string token = TokenOf(job_id); !token.empty()) {
+  if (const std::string token = job_id.empty() ? "" : TokenOf(job_id); !token.empty()) {
     context.AddMetadata(rpc::kJobTokenMetadata, token);
   }
   if (!options_.admin_token.empty()) {
     context.AddMetadata(rpc::kAdminTokenMetadata, options_.admin_token);
+  }
+  if (!options_.viewer_token.empty()) {
+    context.AddMetadata(rpc::kViewerTokenMetadata, options_.viewer_token);
   }
 }
 
@@ -131,7 +139,11 @@ absl::StatusOr<Response> CoordinatorClient::Unary(
   for (;;) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(std::max(absl::Now() + timeout, not_before)));
-    if constexpr (requires { request.job_id(); }) Authenticate(context, request.job_id());
+    if constexpr (requires { request.job_id(); }) {
+      Authenticate(context, request.job_id());
+    } else {
+      Authenticate(context, "");  // ListJobs: the admin or viewer token, over TCP
+    }
     Response response;
     const grpc::Status status = (stub.*method)(&context, request, &response);
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
@@ -144,9 +156,9 @@ absl::StatusOr<Response> CoordinatorClient::Unary(
     // whose daemon was gone for good spent minutes in heartbeat, heartbeat and leave in turn).
     const absl::Time give_up = NoteUnavailable() + options_.retry_for;
     if (absl::Now() >= give_up) {
-      return absl::UnavailableError(
-          absl::StrCat(what, ": zerod at ", endpoint_, " unavailable for ",
-                       absl::FormatDuration(options_.retry_for), ": ", status.error_message()));
+      return absl::UnavailableError(absl::StrCat(
+          what, ": zerod at ", endpoint_, " unavailable for ",
+          absl::FormatDuration(options_.retry_for), ": ", status.error_message(), TlsHint()));
     }
     // Full jitter: sleep uniformly in [backoff/2, backoff], doubling up to 2 s.
     std::uniform_int_distribution<int64_t> jitter(absl::ToInt64Microseconds(backoff) / 2,
@@ -154,6 +166,15 @@ absl::StatusOr<Response> CoordinatorClient::Unary(
     absl::SleepFor(std::min(absl::Microseconds(jitter(rng)), give_up - absl::Now()));
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }
+}
+
+std::string CoordinatorClient::TlsHint() const {
+  if (absl::StartsWith(endpoint_, "unix:")) return "";
+  return tls_ ? " (if the TLS handshake failed: ZEROD_TLS_CA must be the CA that signed zerod's "
+                "certificate, and a zerod started with --tls-client-ca also needs ZEROD_TLS_CERT "
+                "and ZEROD_TLS_KEY)"
+              : " (a zerod whose TCP listener uses TLS closes a plaintext client's connection: "
+                "set ZEROD_TLS_CA to the CA that signed its certificate)";
 }
 
 absl::Time CoordinatorClient::NoteUnavailable() {
@@ -292,6 +313,7 @@ absl::Status CoordinatorClient::Watch(const std::string& job_id,
   v1::WatchRequest request;
   request.set_job_id(job_id);
   grpc::ClientContext context;
+  Authenticate(context, job_id);
   auto reader = coordinator_->Watch(&context, request);
   v1::JobEvent event;
   while (reader->Read(&event)) {

@@ -45,6 +45,8 @@ struct ClientOptions {
   // Empty: found per job (client/credentials.h JobTokenFor).
   std::string job_token;
   std::string admin_token;  // empty: none
+  // The daemon's viewer token: read-only views over TCP (docs/ARCHITECTURE.md). Empty: none.
+  std::string viewer_token;
   // TLS for a host:port endpoint; empty: $ZEROD_TLS_CA, $ZEROD_TLS_CERT, $ZEROD_TLS_KEY. No CA:
   // plaintext.
   std::string tls_ca_file;
@@ -147,6 +149,8 @@ class CoordinatorClient {
   explicit CoordinatorClient(ClientOptions options, std::string endpoint,
                              std::shared_ptr<grpc::ChannelCredentials> credentials);
 
+  // For an UNAVAILABLE on a TCP endpoint: what to check about TLS (empty on the Unix socket).
+  std::string TlsHint() const;
   // Puts the credentials for calls about `job_id` on `context`.
   void Authenticate(grpc::ClientContext& context, const std::string& job_id);
   // The token of `job_id`, cached once found.
@@ -169,6 +173,7 @@ class CoordinatorClient {
 
   const ClientOptions options_;
   const std::string endpoint_;
+  bool tls_ = false;  // a TCP endpoint reached over TLS (set by Connect)
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   std::unique_ptr<v1::Store::Stub> store_;

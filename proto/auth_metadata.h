@@ -12,6 +12,8 @@ namespace zerod::rpc {
 inline constexpr char kJobTokenMetadata[] = "zerod-job-token";
 // The daemon's admin token (DATA_DIR/admin.token): may act on every job.
 inline constexpr char kAdminTokenMetadata[] = "zerod-admin-token";
+// The daemon's viewer token (DATA_DIR/viewer.token): may use the read-only views over TCP.
+inline constexpr char kViewerTokenMetadata[] = "zerod-viewer-token";
 
 }  // namespace zerod::rpc
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/grpc_status.h"
+#include "server/auth/call_auth.h"
 #include "server/join_admission.h"
 
 namespace zerod::server {
@@ -12,6 +13,10 @@ grpc::ServerUnaryReactor* InspectService::ListJobs(grpc::CallbackServerContext* 
                                                    const v1::ListJobsRequest* /*request*/,
                                                    v1::ListJobsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = auth::AuthorizeView(tokens_, *context, ""); !s.ok()) {
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
   for (v1::JobSummary& s : registry_->ListJobs()) *response->add_jobs() = std::move(s);
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -21,6 +26,10 @@ grpc::ServerUnaryReactor* InspectService::DescribeJob(grpc::CallbackServerContex
                                                       const v1::DescribeJobRequest* request,
                                                       v1::JobDescription* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = auth::AuthorizeView(tokens_, *context, request->job_id()); !s.ok()) {
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
   auto d = registry_->Describe(request->job_id());
   if (d.ok()) *response = *std::move(d);
   reactor->Finish(ToGrpc(d.status()));
@@ -31,6 +40,10 @@ grpc::ServerUnaryReactor* InspectService::ShardMap(grpc::CallbackServerContext* 
                                                    const v1::ShardMapRequest* request,
                                                    v1::ShardMapResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = auth::AuthorizeView(tokens_, *context, request->job_id()); !s.ok()) {
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
   auto plan_or = registry_->ShardPlanOf(request->job_id());
   if (!plan_or.ok()) {
     reactor->Finish(ToGrpc(plan_or.status()));
@@ -97,6 +110,10 @@ grpc::ServerUnaryReactor* InspectService::ListCheckpoints(grpc::CallbackServerCo
                                                           const v1::ListCheckpointsRequest* request,
                                                           v1::ListCheckpointsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = auth::AuthorizeView(tokens_, *context, request->job_id()); !s.ok()) {
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
   auto records = checkpoints_->List(request->job_id());
   if (records.ok()) {
     for (v1::CheckpointRecord& r : *records) *response->add_checkpoints() = std::move(r);

@@ -2,9 +2,11 @@
 #define ZEROD_SERVER_INSPECT_SERVICE_H_
 
 // The Inspect gRPC service: read-only views of jobs, members, shard maps and checkpoint records
-// for operators. It asks for no job token: who may look is who may connect (the Unix socket's mode
-// and group, TLS on TCP; docs/ARCHITECTURE.md "Authentication and authorization").
+// for operators. Over the Unix socket who may look is who may connect (its mode and group); over
+// TCP a call needs the viewer, admin or job's token unless inspection is open (auth::AuthorizeView;
+// docs/ARCHITECTURE.md "Authentication and authorization").
 
+#include "server/auth/job_tokens.h"
 #include "server/checkpoint_records.h"
 #include "server/job_registry.h"
 #include "zerod/v1/inspect.grpc.pb.h"
@@ -13,8 +15,10 @@ namespace zerod::server {
 
 class InspectService final : public v1::Inspect::CallbackService {
  public:
-  InspectService(const JobRegistry* registry, const CheckpointRecords* checkpoints)
-      : registry_(registry), checkpoints_(checkpoints) {}
+  // `tokens`: null when authentication is off.
+  InspectService(const JobRegistry* registry, const CheckpointRecords* checkpoints,
+                 const auth::JobTokens* tokens)
+      : registry_(registry), checkpoints_(checkpoints), tokens_(tokens) {}
 
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
                                      const v1::ListJobsRequest* request,
@@ -32,6 +36,7 @@ class InspectService final : public v1::Inspect::CallbackService {
  private:
   const JobRegistry* const registry_;
   const CheckpointRecords* const checkpoints_;
+  const auth::JobTokens* const tokens_;
 };
 
 }  // namespace zerod::server

@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 
 namespace zerod::server {
@@ -26,14 +29,82 @@ std::string ReadAll(int fd) {
   return text;
 }
 
+absl::Status CheckDataDirIsPrivate(const std::string& dir) {
+  // The directory itself, through a link if the operator made one: what matters is who can add,
+  // replace or remove the files in it (zerod.db, zerod.state-id, admin.token).
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    const int error = errno;
+    if (fd >= 0) close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open data dir ", dir, ": ", std::strerror(error)));
+  }
+  close(fd);
+  if (st.st_uid != geteuid()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "data dir %s belongs to uid %d, not to zerod's user (uid %d): whoever owns it can replace "
+        "the state and the admin token; give zerod a directory of its own (a missing one is made "
+        "0700) or chown it",
+        dir, static_cast<int>(st.st_uid), static_cast<int>(geteuid())));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "data dir %s may be written by others (mode %04o): anyone who can write it can plant the "
+        "state or the admin token; chmod 0700 it, or give zerod a directory of its own (a missing "
+        "one is made 0700)",
+        dir, st.st_mode & 07777));
+  }
+  return absl::OkStatus();
+}
+
+// Whether a program accepts connections on the Unix socket at `path`. Only a refused connection
+// proves the socket stale (its listener is gone); any other outcome, a listener with a full
+// backlog included, leaves the socket alone.
+absl::Status CheckSocketIsStale(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(address.sun_path)) return absl::OkStatus();  // the bind will say
+  path.copy(address.sun_path, path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot check socket ", path, ": ", std::strerror(errno)));
+  }
+  const int answered = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
+  const int error = errno;
+  close(fd);
+  if (answered != 0 && (error == ECONNREFUSED || error == ENOENT)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "socket ", path, " is in use by a program that is not a zerod holding ", path, ".lock (",
+      answered == 0 ? "it accepted a connection" : std::strerror(error),
+      "); zerod does not take over a live socket: stop that program, or give --socket another "
+      "path"));
+}
+
 }  // namespace
 
 absl::StatusOr<InstanceLock> InstanceLock::Acquire(const std::string& path,
                                                    const std::string& what) {
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  // O_NOFOLLOW: the file is truncated below, so a link planted in its place must not make the
+  // daemon truncate whatever it points to.
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0) {
+    if (errno == ELOOP) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "lock file ", path, " is a symbolic link; zerod does not follow it: remove it"));
+    }
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open lock file ", path, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    const bool regular = S_ISREG(st.st_mode);
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrFormat("lock file %s is %s, not a file of zerod's user (uid %d); remove it", path,
+                        regular ? absl::StrCat("owned by uid ", st.st_uid) : "not a regular file",
+                        static_cast<int>(geteuid())));
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
@@ -78,8 +149,7 @@ absl::StatusOr<InstanceLock> ClaimDataDir(const std::string& dir) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create data dir ", dir, ": ", ec.message()));
   }
-  // Only a folder made here: an existing one (say --data-dir /tmp) keeps its mode; the state
-  // files in it are 0600 either way.
+  // A folder made here is private; an existing one keeps its mode, if no one else can write it.
   if (created) {
     std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
                                  std::filesystem::perm_options::replace, ec);
@@ -88,6 +158,7 @@ absl::StatusOr<InstanceLock> ClaimDataDir(const std::string& dir) {
           absl::StrCat("cannot make data dir ", dir, " private (0700): ", ec.message()));
     }
   }
+  if (absl::Status s = CheckDataDirIsPrivate(dir); !s.ok()) return s;
   return InstanceLock::Acquire(dir + "/zerod.lock", absl::StrCat("data dir ", dir));
 }
 
@@ -97,10 +168,13 @@ absl::StatusOr<InstanceLock> ClaimSocketPath(const std::string& path) {
   if (socket.has_parent_path()) std::filesystem::create_directories(socket.parent_path(), ec);
   auto lock = InstanceLock::Acquire(path + ".lock", absl::StrCat("socket ", path));
   if (!lock.ok()) return lock.status();
-  // Holding the claim, a socket file here was left by a daemon that died: remove it so the bind
-  // can take the path.
+  // Holding the claim, a socket file here was left by a daemon that died, unless something still
+  // answers on it: only a stale socket is removed, so the bind can take the path.
   struct stat st {};
-  if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) std::filesystem::remove(socket, ec);
+  if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+    if (absl::Status s = CheckSocketIsStale(path); !s.ok()) return s;
+    std::filesystem::remove(socket, ec);
+  }
   return lock;
 }
 

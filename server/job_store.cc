@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "server/job_records.h"
 #include "server/join_admission.h"
 
@@ -137,10 +138,13 @@ void JobStore::Add(const std::string& job_id, const std::string& key, int64_t de
   if (!room.ok()) return done(room.status());
   Commit(
       {KvOp::Add(FullKey(job_id, key), delta)},
-      [done = std::move(done), job_id](absl::StatusOr<CommitResult> r) {
+      [done = std::move(done), job_id, key](absl::StatusOr<CommitResult> r) {
         if (!r.ok()) {
-          return done(absl::Status(r.status().code(),
-                                   absl::StrCat("job ", job_id, ": ", r.status().message())));
+          // The KvStore names the key as stored (jobs/<job>/kv/<key>); the caller knows `key`.
+          const std::string message = absl::StrReplaceAll(
+              r.status().message(), {{absl::StrCat("'", FullKey(job_id, key), "'"),
+                                      absl::StrCat("'", ShownKey(key), "'")}});
+          return done(absl::Status(r.status().code(), absl::StrCat("job ", job_id, ": ", message)));
         }
         int64_t value = 0;
         // The store wrote this text from an integer.

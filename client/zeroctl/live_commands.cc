@@ -370,6 +370,32 @@ absl::Status EndCredentials(const LiveFlags& f, client::ClientOptions& options) 
   return absl::OkStatus();
 }
 
+// The credentials the read-only commands send (over TCP they need one, over the Unix socket the
+// daemon ignores them): the viewer token ($ZEROD_VIEWER_TOKEN_FILE, else the daemon's default when
+// readable), else the admin token when at hand. A missing file named by the variable is a usage
+// error.
+absl::Status ViewCredentials(client::ClientOptions& options) {
+  if (const char* file = std::getenv("ZEROD_VIEWER_TOKEN_FILE"); file != nullptr && *file) {
+    auto token = client::ReadTokenFile(file);
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ZEROD_VIEWER_TOKEN_FILE: ", token.status().message()));
+    }
+    options.viewer_token = *token;
+    return absl::OkStatus();
+  }
+  if (auto token = client::ReadTokenFile("/var/lib/zerod/viewer.token"); token.ok()) {
+    options.viewer_token = *token;  // a member of the daemon's --viewer-group
+    return absl::OkStatus();
+  }
+  if (const char* file = std::getenv("ZEROD_ADMIN_TOKEN_FILE"); file != nullptr && *file) {
+    if (auto token = client::ReadTokenFile(file); token.ok()) options.admin_token = *token;
+  } else if (auto token = client::ReadTokenFile("/var/lib/zerod/admin.token"); token.ok()) {
+    options.admin_token = *token;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void AddGlobalFlags(CLI::App& cmd, LiveFlags& f) {
@@ -425,10 +451,9 @@ int RunLive(const std::string& command, const LiveFlags& f, std::ostream& out, s
   options.endpoint = f.endpoint;
   options.call_timeout = timeout;
   options.retry_for = timeout;
-  if (command == "end") {
-    if (absl::Status s = EndCredentials(f, options); !s.ok()) {
-      return UsageError(err, std::string(s.message()));
-    }
+  if (absl::Status s = command == "end" ? EndCredentials(f, options) : ViewCredentials(options);
+      !s.ok()) {
+    return UsageError(err, std::string(s.message()));
   }
   auto c = CoordinatorClient::Connect(options);
   if (!c.ok()) return UsageError(err, std::string(c.status().message()));

@@ -61,10 +61,11 @@ std::string SnapshotDirectory(const std::string& job) {
 
 // Ends the job at the daemon once its world failed, so that the next world forms it again at once
 // instead of waiting for the dead ranks' leases to run out. Not found or already ended is fine.
-// `patience`: how long to ride out a daemon that is restarting; short when nothing follows (an
-// unreachable daemon must not hold zerorun's exit), longer before a restart, which needs it.
+// `restarting`: a restart follows (the message says which). `patience`: how long to ride out a
+// daemon that is restarting; short when nothing follows (an unreachable daemon must not hold
+// zerorun's exit), longer before a restart, which needs it.
 void EndGeneration(const std::string& endpoint, const std::string& job, const std::string& token,
-                   absl::Duration patience) {
+                   bool restarting, absl::Duration patience) {
   zerod::client::ClientOptions options;
   options.endpoint = endpoint;
   options.job_token = token;
@@ -73,8 +74,9 @@ void EndGeneration(const std::string& endpoint, const std::string& job, const st
   auto client = zerod::client::CoordinatorClient::Connect(options);
   absl::Status status = client.ok() ? (*client)->EndJob(job) : client.status();
   if (!status.ok() && !absl::IsNotFound(status) && !absl::IsFailedPrecondition(status)) {
-    std::cerr << "zerorun: ending job " << job << " before the restart: " << status.message()
-              << "\n";
+    std::cerr << "zerorun: ending job " << job
+              << (restarting ? " before the restart: " : " after its ranks failed: ")
+              << status.message() << "\n";
   }
 }
 
@@ -170,7 +172,8 @@ int main(int argc, char** argv) {
     // a restart, or the user running the job again, forms it afresh instead of being taken for
     // the dead ranks retrying their joins.
     const bool restarting = !outcome.interrupted && attempt < max_restarts;
-    EndGeneration(endpoint, job, *token, restarting ? absl::Seconds(20) : absl::Seconds(2));
+    EndGeneration(endpoint, job, *token, restarting,
+                  restarting ? absl::Seconds(20) : absl::Seconds(2));
     if (outcome.interrupted || zerod::zerorun::InterruptPending()) break;
     if (attempt == max_restarts) {
       if (max_restarts > 0) {

@@ -1,5 +1,6 @@
 #include "server/auth/call_auth.h"
 
+#include "absl/strings/match.h"
 #include "proto/auth_metadata.h"
 
 namespace zerod::server::auth {
@@ -14,13 +15,23 @@ std::string Metadata(const grpc::CallbackServerContext& context, const char* key
 }  // namespace
 
 Credentials CredentialsOf(const grpc::CallbackServerContext& context) {
-  return {Metadata(context, rpc::kJobTokenMetadata), Metadata(context, rpc::kAdminTokenMetadata)};
+  return {Metadata(context, rpc::kJobTokenMetadata), Metadata(context, rpc::kAdminTokenMetadata),
+          Metadata(context, rpc::kViewerTokenMetadata)};
 }
 
 absl::Status Authorize(const JobTokens* tokens, const grpc::CallbackServerContext& context,
                        const std::string& job_id, absl::string_view action) {
   if (tokens == nullptr) return absl::OkStatus();
   return tokens->Check(job_id, CredentialsOf(context), action);
+}
+
+absl::Status AuthorizeView(const JobTokens* tokens, const grpc::CallbackServerContext& context,
+                           const std::string& job_id) {
+  if (tokens == nullptr) return absl::OkStatus();
+  // gRPC names a Unix-socket peer "unix:..."; every other peer (TCP, and anything gRPC might name
+  // otherwise) must present a credential.
+  if (absl::StartsWith(context.peer(), "unix:")) return absl::OkStatus();
+  return tokens->CheckView(job_id, CredentialsOf(context));
 }
 
 }  // namespace zerod::server::auth

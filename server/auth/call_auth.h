@@ -20,6 +20,12 @@ Credentials CredentialsOf(const grpc::CallbackServerContext& context);
 absl::Status Authorize(const JobTokens* tokens, const grpc::CallbackServerContext& context,
                        const std::string& job_id, absl::string_view action);
 
+// For a read-only view of `job_id` (empty: every job): OK when `tokens` is null, when the call
+// came through the Unix socket (its mode and group decided who may connect), or when
+// JobTokens::CheckView allows the call's credentials.
+absl::Status AuthorizeView(const JobTokens* tokens, const grpc::CallbackServerContext& context,
+                           const std::string& job_id);
+
 }  // namespace zerod::server::auth
 
 #endif  // ZEROD_SERVER_AUTH_CALL_AUTH_H_

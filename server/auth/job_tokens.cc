@@ -18,11 +18,14 @@ constexpr char kOwnerPrefix[] = "auth/jobs/";
 std::string OwnerKey(const std::string& job_id) { return kOwnerPrefix + job_id; }
 
 JobTokens::JobTokens(KvStore* kv, std::function<bool(const std::string&)> exists,
-                     std::function<bool(const std::string&)> ended, absl::string_view admin_token)
+                     std::function<bool(const std::string&)> ended, absl::string_view admin_token,
+                     const ViewPolicy& views)
     : kv_(kv),
       exists_(std::move(exists)),
       ended_(std::move(ended)),
-      admin_digest_(admin_token.empty() ? "" : TokenDigest(admin_token)) {}
+      admin_digest_(admin_token.empty() ? "" : TokenDigest(admin_token)),
+      viewer_digest_(views.viewer_token.empty() ? "" : TokenDigest(views.viewer_token)),
+      open_views_(views.open) {}
 
 JobPresence JobTokens::PresenceOf(const std::string& job_id) const {
   if (!exists_(job_id)) return JobPresence::kAbsent;
@@ -68,6 +71,42 @@ JobTokens::Verdict JobTokens::Judge(const std::string& job_id, const Credentials
                      " a call needs the job's token or the admin token"));
   }
   return Verdict::kDenied;
+}
+
+bool JobTokens::IsViewerOrAdmin(absl::string_view token) const {
+  if (token.empty()) return false;
+  const std::string presented = TokenDigest(token);
+  // Both compared, whichever matches: the time taken says nothing about which token it was.
+  const bool admin = !admin_digest_.empty() && SameDigest(presented, admin_digest_);
+  const bool viewer = !viewer_digest_.empty() && SameDigest(presented, viewer_digest_);
+  return admin || viewer;
+}
+
+absl::Status JobTokens::CheckView(const std::string& job_id, const Credentials& creds) const {
+  if (open_views_ || IsAdmin(creds)) return absl::OkStatus();
+  if (!viewer_digest_.empty() && !creds.viewer_token.empty() &&
+      SameDigest(TokenDigest(creds.viewer_token), viewer_digest_)) {
+    return absl::OkStatus();
+  }
+  if (!job_id.empty() && !creds.job_token.empty()) {
+    const std::string presented = TokenDigest(creds.job_token);
+    MutexLock lock(&mu_);
+    auto it = digests_.find(job_id);
+    if (it != digests_.end() && SameDigest(presented, it->second)) return absl::OkStatus();
+  }
+  const std::string what =
+      job_id.empty() ? "to list jobs" : absl::StrCat("job ", ShownJobId(job_id), ": to inspect it");
+  const std::string needs =
+      " over TCP a call needs the viewer token (zeroctl reads $ZEROD_VIEWER_TOKEN_FILE, else "
+      "/var/lib/zerod/viewer.token; zerod's --viewer-group may read it), the admin token";
+  const std::string job_part = job_id.empty() ? "" : ", or the job's own token";
+  const std::string open = " (or zerod runs with --open-inspection)";
+  if (creds.job_token.empty() && creds.admin_token.empty() && creds.viewer_token.empty()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(what, ": no credentials:", needs, job_part, open));
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, ": the token presented does not allow it:", needs, job_part, open));
 }
 
 absl::Status JobTokens::Check(const std::string& job_id, const Credentials& creds,

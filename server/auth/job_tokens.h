@@ -11,6 +11,11 @@
 // A job known to the registry without a digest was created before zerod had authentication: only
 // the admin may act on it, until it has ended (then the next join claims it).
 //
+// Read-only views (CheckView) over TCP need a credential too: TCP has no file mode or group to
+// gate who connects, so the viewer token (DATA_DIR/viewer.token, readable by --viewer-group)
+// stands for the "configured group"; the admin token and a job's own token (for that job's views)
+// serve as well, and --open-inspection opens them to whoever may connect.
+//
 // Thread-safe. Admit's `done` runs at once or on the KvStore's writer thread.
 
 #include <functional>
@@ -28,6 +33,13 @@ namespace zerod::server::auth {
 struct Credentials {
   std::string job_token;
   std::string admin_token;
+  std::string viewer_token;
+};
+
+// Who may use the read-only views over TCP (the Unix socket's mode and group gate them there).
+struct ViewPolicy {
+  std::string viewer_token;  // empty: there is no viewer token
+  bool open = false;         // --open-inspection: anyone who can connect
 };
 
 // Where a job is in its life, as far as claiming it is concerned.
@@ -38,7 +50,8 @@ class JobTokens {
   // The registry's view of a job: `exists` (asked after every refused join, so it must be cheap)
   // and `ended` (asked only about jobs without an owner). `admin_token`: empty means no admin.
   JobTokens(KvStore* kv, std::function<bool(const std::string&)> exists,
-            std::function<bool(const std::string&)> ended, absl::string_view admin_token);
+            std::function<bool(const std::string&)> ended, absl::string_view admin_token,
+            const ViewPolicy& views = {});
 
   // Loads the digests from the KvStore (daemon start).
   absl::Status Recover();
@@ -49,6 +62,18 @@ class JobTokens {
   // NOT_FOUND, as it would be without authentication.
   absl::Status Check(const std::string& job_id, const Credentials& creds,
                      absl::string_view action) const;
+
+  // For a read-only view over TCP of `job_id` (empty: of every job, as ListJobs): OK with the
+  // admin or viewer token, the job's own token, or when inspection is open. Otherwise
+  // UNAUTHENTICATED (nothing presented) or PERMISSION_DENIED, saying which credential would do.
+  absl::Status CheckView(const std::string& job_id, const Credentials& creds) const;
+
+  // Whether `token` is the viewer or the admin token (compared in constant time): what the HTTP
+  // listener needs (server/status/access_gate.h), since its page shows every job at once; a job's
+  // own token is not enough there.
+  bool IsViewerOrAdmin(absl::string_view token) const;
+  // --open-inspection: the read-only views, gRPC and HTTP, need no token.
+  bool inspection_open() const { return open_views_; }
 
   // For a join: Check, except that a job nobody owns (absent, or ended without an owner) becomes
   // the presented job token's, durably, before `done(OK)`.
@@ -71,7 +96,9 @@ class JobTokens {
   KvStore* const kv_;
   const std::function<bool(const std::string&)> exists_;
   const std::function<bool(const std::string&)> ended_;
-  const std::string admin_digest_;  // empty: no admin
+  const std::string admin_digest_;   // empty: no admin
+  const std::string viewer_digest_;  // empty: no viewer token
+  const bool open_views_;
 
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::string> digests_ ABSL_GUARDED_BY(mu_);

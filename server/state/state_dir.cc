@@ -12,6 +12,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/logging.h"
@@ -23,9 +24,36 @@ constexpr char kResetFlag[] = "--reset-state";
 
 std::string Errno(int err) { return strerror(err); }
 
+// A state file that exists must be the daemon user's own regular file, writable by nobody else:
+// the data dir is checked too (ClaimDataDir), but a file planted while the dir was open to others
+// would outlive a chmod of the dir. A link is refused rather than followed.
+absl::Status CheckStateFile(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat("cannot stat ", path, ": ", Errno(errno)));
+  }
+  std::string problem;
+  if (S_ISLNK(st.st_mode)) {
+    problem = "is a symbolic link";
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = "is not a regular file";
+  } else if (st.st_uid != geteuid()) {
+    problem =
+        absl::StrCat("belongs to uid ", st.st_uid, ", not to zerod's user (uid ", geteuid(), ")");
+  } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    problem = absl::StrFormat("may be written by others (mode %04o)", st.st_mode & 0777);
+  }
+  if (problem.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "state file ", path, " ", problem,
+      ": someone else may have planted it; zerod did not open it. Move it away (or chmod 600 a "
+      "file that is yours) and start again"));
+}
+
 // The marker's id; nullopt when there is no marker.
 absl::StatusOr<std::optional<std::string>> ReadMarker(const std::string& marker) {
-  const int fd = open(marker.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(marker.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return std::nullopt;
     return absl::UnavailableError(absl::StrCat("cannot read ", marker, ": ", Errno(errno)));
@@ -119,6 +147,9 @@ absl::StatusOr<std::unique_ptr<SqliteKvStore>> Open(const std::string& data_dir,
                                                     const StateDirOptions& options) {
   const std::string db = StateDatabasePath(data_dir);
   const std::string marker = StateMarkerPath(data_dir);
+  for (const std::string& path : {db, db + "-wal", db + "-shm", marker}) {
+    if (absl::Status s = CheckStateFile(path); !s.ok()) return s;
+  }
   auto expected = ReadMarker(marker);
   if (!expected.ok()) return expected.status();
   if (expected->has_value()) {
@@ -137,7 +168,7 @@ absl::StatusOr<std::unique_ptr<SqliteKvStore>> Open(const std::string& data_dir,
   } else {
     // A data dir that never held state (or held it before markers): the file is made 0600, and
     // SQLite gives its -wal and -shm files the same mode.
-    const int fd = open(db.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    const int fd = open(db.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
       return absl::UnavailableError(
           absl::StrCat("cannot open state database ", db, ": ", Errno(errno)));

@@ -58,6 +58,8 @@ constexpr const char* kUnary[] = {
     "/zerod.v1.Inspect/ListJobs",
     "/zerod.v1.Inspect/DescribeJob",
     "/zerod.v1.Inspect/ShardMap",
+    "/zerod.v1.Coordinator/RecordCheckpoint",
+    "/zerod.v1.Inspect/ListCheckpoints",
 };
 constexpr size_t kMethods = std::size(kUnary) + 1;  // + Watch
 

@@ -165,6 +165,8 @@ enum Method : char {
   kListJobs,
   kDescribeJob,
   kShardMap,
+  kRecordCheckpoint,
+  kListCheckpoints,
   kWatch
 };
 
@@ -235,6 +237,19 @@ void GrpcSeeds() {
   v1::EndJobRequest end;
   end.set_job_id("fz");
 
+  v1::RecordCheckpointRequest saving;
+  saving.set_job_id("fz");
+  saving.mutable_record()->set_step(5);
+  saving.mutable_record()->set_directory("/ckpt/step-00000005");
+  saving.mutable_record()->set_world_size(1);
+  saving.mutable_record()->set_stage(3);
+  saving.mutable_record()->set_state(v1::CHECKPOINT_SAVING);
+  v1::RecordCheckpointRequest complete = saving;
+  complete.mutable_record()->set_state(v1::CHECKPOINT_COMPLETE);
+  complete.mutable_record()->set_bytes(4096);
+  v1::ListCheckpointsRequest checkpoints;
+  checkpoints.set_job_id("fz");
+
   const std::string g = "grpc_handlers_fuzz";
   Write(g, "join.bin", joined);
   Write(g, "join-two-ranks.bin", Call(kJoin, two));
@@ -249,6 +264,9 @@ void GrpcSeeds() {
             Call(kShardMap, shards));
   Write(g, "watch.bin", joined + Call(kWatch, watch));
   Write(g, "leave-end.bin", joined + Call(kLeave, leave) + Call(kEndJob, end));
+  Write(g, "checkpoints.bin",
+        joined + Call(kRecordCheckpoint, saving) + Call(kRecordCheckpoint, complete) +
+            Call(kListCheckpoints, checkpoints));
 }
 
 }  // namespace

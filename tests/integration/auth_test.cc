@@ -3,6 +3,7 @@
 // owner and the admin can end it; zerorun carries the token by itself; TLS on the TCP listener.
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -52,10 +53,11 @@ class AuthDaemon {
 
   // Starts zerod with `flags` added; returns its exit code if it stops on its own within
   // `refused_within` (a refused start), else -1 once it answers.
-  int Start(std::vector<std::string> flags = {}, std::string listen = "127.0.0.1:0") {
+  int Start(std::vector<std::string> flags = {}, std::string listen = "127.0.0.1:0",
+            std::string socket_mode = "0666") {
     std::remove(port_file().c_str());
     std::vector<std::string> argv = {
-        Built(ZEROD_PATH), "--socket",    socket(),      "--socket-mode", "0666",
+        Built(ZEROD_PATH), "--socket",    socket(),      "--socket-mode", socket_mode,
         "--listen",        listen,        "--port-file", port_file(),     "--data-dir",
         data_dir(),        "--lease-ttl", "60s"};
     argv.insert(argv.end(), flags.begin(), flags.end());
@@ -272,6 +274,106 @@ TEST(Auth, AJobStoredBeforeAuthenticationIsTheAdminsUntilItEnds) {
   EXPECT_TRUE(holder->StoreSet("old", "k", "mine now").ok());
 }
 
+// zeroctl run as nobody with nothing of this process's environment but `env`.
+ProcessResult ZeroctlAsNobody(const std::vector<std::string>& env,
+                              const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/sbin/runuser", "-u", "nobody", "--", "/usr/bin/env", "-i",
+                                   "PATH=/usr/bin:/bin"};
+  for (const char* name : {"TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"}) {
+    if (const char* value = std::getenv(name); value != nullptr) {
+      argv.push_back(absl::StrCat(name, "=", value));
+    }
+  }
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.push_back(Built(ZEROCTL_PATH));
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProcess(argv);
+}
+
+TEST(Auth, OverTcpTheReadOnlyViewsNeedTheViewerTokenTheAdminTokenOrTheJobsOwn) {
+  AuthDaemon zerod;
+  const std::string viewer_file = zerod.dir().path() + "/viewer.token";
+  ASSERT_EQ(zerod.Start({"--viewer-group", "nogroup", "--viewer-token-file", viewer_file}), -1)
+      << zerod.Log();
+  const std::string token = client::NewToken();
+  ASSERT_TRUE(zerod.ClientWithToken(token)->Join(OneRankJob("watched"), absl::Seconds(30)).ok());
+  // The viewer token is readable by its group and nobody else.
+  struct stat st {};
+  ASSERT_EQ(stat(viewer_file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  EXPECT_EQ(st.st_gid, 65534u);
+
+  // As nobody over TCP without a token: every view is refused, saying what would do.
+  const ProcessResult jobs = ZeroctlAsNobody({}, {"--endpoint", zerod.tcp_endpoint(), "jobs"});
+  EXPECT_EQ(jobs.exit_code, 1) << jobs.out;
+  EXPECT_THAT(jobs.err, HasSubstr("to list jobs: no credentials: over TCP a call needs the viewer "
+                                  "token"));
+  EXPECT_THAT(jobs.out, Not(HasSubstr("watched")));
+  for (const char* command : {"members", "shards", "memory", "watch", "checkpoints"}) {
+    SCOPED_TRACE(command);
+    const ProcessResult r =
+        ZeroctlAsNobody({}, {"--endpoint", zerod.tcp_endpoint(), command, "watched"});
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_THAT(r.err, HasSubstr("job watched: to inspect it: no credentials"));
+  }
+  for (const std::string& presented : {std::string(), client::NewToken()}) {
+    const nlohmann::json r = ProbeAsNobody({"--endpoint", zerod.tcp_endpoint(), "--job", "watched",
+                                            "--call", "describe", "--token", presented});
+    EXPECT_EQ(r.value("code", 0), presented.empty() ? kUnauthenticated : kPermissionDenied)
+        << r.dump();
+    EXPECT_THAT(r.value("message", ""), HasSubstr("the viewer token"));
+  }
+  // With the viewer token (its group may read it): allowed.
+  const std::string env = "ZEROD_VIEWER_TOKEN_FILE=" + viewer_file;
+  const ProcessResult viewed = ZeroctlAsNobody({env}, {"--endpoint", zerod.tcp_endpoint(), "jobs"});
+  EXPECT_EQ(viewed.exit_code, 0) << viewed.err;
+  EXPECT_THAT(viewed.out, HasSubstr("watched"));
+  const ProcessResult members =
+      ZeroctlAsNobody({env}, {"--endpoint", zerod.tcp_endpoint(), "members", "watched"});
+  EXPECT_EQ(members.exit_code, 0) << members.err;
+  EXPECT_THAT(members.out, HasSubstr("node-a"));
+  // The job's own token shows that job, not the list of every job.
+  client::ClientOptions own;
+  own.endpoint = zerod.tcp_endpoint();
+  own.job_token = token;
+  EXPECT_TRUE(zerod.Client(own)->DescribeJob("watched").ok());
+  EXPECT_EQ(zerod.Client(own)->ListJobs().status().code(), absl::StatusCode::kUnauthenticated);
+  // Over the Unix socket, its mode decides (0666 here).
+  EXPECT_EQ(
+      ProbeAsNobody({"--endpoint", zerod.unix_endpoint(), "--job", "watched", "--call", "describe"})
+          .value("code", -1),
+      0);
+  ASSERT_EQ(zerod.Stop(), 0);
+
+  // --open-inspection: whoever may connect may look.
+  ASSERT_EQ(zerod.Start({"--open-inspection"}), -1) << zerod.Log();
+  const ProcessResult open = ZeroctlAsNobody({}, {"--endpoint", zerod.tcp_endpoint(), "jobs"});
+  EXPECT_EQ(open.exit_code, 0) << open.err;
+  EXPECT_THAT(open.out, HasSubstr("watched"));
+}
+
+TEST(Auth, TheSocketsModeAndGroupDecideWhoMayConnect) {
+  AuthDaemon zerod;
+  ASSERT_EQ(zerod.Start({}, "127.0.0.1:0", "0660"), -1) << zerod.Log();
+  struct stat st {};
+  ASSERT_EQ(stat(zerod.socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_gid, getegid());
+  // nobody is not in the socket's group: it cannot connect at all.
+  const nlohmann::json refused =
+      ProbeAsNobody({"--endpoint", zerod.unix_endpoint(), "--job", "j", "--call", "describe"});
+  EXPECT_EQ(refused.value("code", 0), 14) << refused.dump();  // UNAVAILABLE
+  ASSERT_EQ(zerod.Stop(), 0);
+
+  // The socket given to nobody's group: it connects (and finds no such job).
+  ASSERT_EQ(zerod.Start({"--socket-group", "nogroup"}, "127.0.0.1:0", "0660"), -1) << zerod.Log();
+  ASSERT_EQ(stat(zerod.socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, 65534u);
+  const nlohmann::json connected =
+      ProbeAsNobody({"--endpoint", zerod.unix_endpoint(), "--job", "j", "--call", "describe"});
+  EXPECT_EQ(connected.value("code", 0), 5) << connected.dump();  // NOT_FOUND
+}
+
 // A CA, a server certificate for 127.0.0.1 and a client certificate, made with the openssl CLI.
 void MakeCertificates(const std::string& dir) {
   const std::string script = absl::StrCat(
@@ -297,7 +399,11 @@ TEST(Auth, ATcpListenerOffLoopbackWithoutTlsRefusesToStart) {
   EXPECT_THAT(zerod.Log(), HasSubstr("--tls-cert and --tls-key go together"));
   // Said explicitly, it starts.
   ASSERT_EQ(zerod.Start({"--allow-plaintext-tcp"}, "0.0.0.0:0"), -1) << zerod.Log();
-  EXPECT_TRUE(zerod.Client({.endpoint = zerod.tcp_endpoint()})->ListJobs().ok());
+  EXPECT_TRUE(zerod
+                  .Client({.endpoint = zerod.tcp_endpoint(),
+                           .admin_token = *client::ReadTokenFile(zerod.admin_token_file())})
+                  ->ListJobs()
+                  .ok());
 }
 
 TEST(Auth, ATlsListenerServesClientsThatTrustItsCaAndRefusesPlaintext) {
@@ -319,7 +425,11 @@ TEST(Auth, ATlsListenerServesClientsThatTrustItsCaAndRefusesPlaintext) {
   plain.retry_for = absl::Seconds(1);
   auto plaintext = client::CoordinatorClient::Connect(plain);
   ASSERT_TRUE(plaintext.ok());
-  EXPECT_EQ((*plaintext)->ListJobs().status().code(), absl::StatusCode::kUnavailable);
+  const absl::Status refused = (*plaintext)->ListJobs().status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  // "Socket closed" alone does not say why: the message names TLS and what to set.
+  EXPECT_THAT(refused.message(), HasSubstr("uses TLS closes a plaintext client's connection: set "
+                                           "ZEROD_TLS_CA"));
   ASSERT_EQ(zerod.Stop(), 0);
 
   // Client certificates required: the CA alone is not enough.
@@ -335,7 +445,7 @@ TEST(Auth, ATlsListenerServesClientsThatTrustItsCaAndRefusesPlaintext) {
   tls.tls_cert_file = d + "/client.pem";
   tls.tls_key_file = d + "/client.key";
   auto identified = zerod.Client(tls);
-  EXPECT_TRUE(identified->ListJobs().ok());
+  EXPECT_TRUE(identified->DescribeJob("over-tls").ok());
   auto value = identified->StoreGet("over-tls", "k", absl::ZeroDuration());
   ASSERT_TRUE(value.ok()) << value.status();
   EXPECT_EQ(*value, "v");

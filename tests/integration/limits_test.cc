@@ -2,14 +2,23 @@
 // what joined, every cap refuses with the flag named and keeps what is stored, oversized reports
 // are not kept, and joins that come to nothing leave no job behind.
 
+#include <grpcpp/grpcpp.h>
+
 #include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "client/credentials.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/auth_metadata.h"
+#include "proto/plan_convert.h"
+#include "runtime/plan/digest.h"
 #include "runtime/plan/synthetic_layout.h"
 #include "tests/integration/zerod_harness.h"
 
@@ -186,6 +195,91 @@ TEST(Limits, EachCapRefusesWithItsFlagNamedAndKeepsWhatIsStored) {
   EXPECT_EQ(client->StoreGet("bytes", "big", {})->size(), 900u);
   ASSERT_TRUE(*client->StoreDelete("bytes", "big"));
   EXPECT_TRUE(client->StoreSet("bytes", "more", std::string(200, 'y')).ok());
+}
+
+// Refusals that unit tests checked in the store and in admission, checked again through the real
+// daemon: each is refused with the value at fault named, and nothing stored changes.
+TEST(Limits, AnAddPastInt64BadPlanOptionsAndAnOversizedCompareSetAreRefusedAndChangeNothing) {
+  ZerodHarness zerod({"--max-value", "1KiB"});
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  auto client = zerod.Client();
+  ASSERT_TRUE(client->Join(JoinOf("bounds", 1, 0), absl::Seconds(30)).ok());
+
+  // Add wrapping past int64 would hand out a counter value already given.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  ASSERT_EQ(*client->StoreAdd("bounds", "counter", kMax), kMax);
+  const absl::StatusOr<int64_t> wrapped = client->StoreAdd("bounds", "counter", 1);
+  EXPECT_EQ(wrapped.status().code(), absl::StatusCode::kOutOfRange) << wrapped.status();
+  EXPECT_THAT(std::string(wrapped.status().message()),
+              HasSubstr("key 'counter': adding 1 would overflow a 64-bit integer"));
+  EXPECT_EQ(*client->StoreGet("bounds", "counter", {}), std::to_string(kMax));
+  ASSERT_EQ(*client->StoreAdd("bounds", "low", -1), -1);
+  EXPECT_EQ(client->StoreAdd("bounds", "low", std::numeric_limits<int64_t>::min()).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(*client->StoreGet("bounds", "low", {}), "-1");
+
+  // CompareSet is held to --max-value like Set, whether it replaces or creates.
+  ASSERT_TRUE(client->StoreSet("bounds", "small", "v").ok());
+  for (const std::optional<std::string>& expected :
+       {std::optional<std::string>("v"), std::optional<std::string>()}) {
+    const std::string key = expected ? "small" : "absent";
+    const auto cas = client->StoreCompareSet("bounds", key, expected, std::string(2048, 'x'));
+    EXPECT_EQ(cas.status().code(), absl::StatusCode::kResourceExhausted) << cas.status();
+    EXPECT_THAT(std::string(cas.status().message()),
+                HasSubstr("value for key '" + key +
+                          "' is 2048 bytes, over the limit of 1024 "
+                          "(--max-value)"));
+  }
+  EXPECT_EQ(*client->StoreGet("bounds", "small", {}), "v");
+  EXPECT_EQ(client->StoreGet("bounds", "absent", {}).status().code(), absl::StatusCode::kNotFound);
+
+  // Plan options no plan means, through the SDK where it can carry them...
+  struct Bad {
+    std::string job;
+    std::function<void(client::JoinOptions&)> set;
+    std::string expected;
+  };
+  const std::vector<Bad> bad = {
+      {"neg-align", [](client::JoinOptions& o) { o.plan_options.partition_alignment_numel = -16; },
+       "plan options: partition_alignment_numel must be 0 (the default) or positive, got -16"},
+      {"neg-bucket", [](client::JoinOptions& o) { o.plan_options.reduce_bucket_bytes = -1; },
+       "plan options: reduce_bucket_bytes must be 0 (the default) or positive, got -1"},
+      {"neg-budget", [](client::JoinOptions& o) { o.budget_bytes = -1; },
+       "budget must be 0 (unbounded) or positive, got -1"},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.job);
+    client::JoinOptions join = JoinOf(b.job, 1, 0);
+    b.set(join);
+    const absl::Status s = client->Join(join, absl::Seconds(5)).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(b.expected));
+  }
+  // ...and as raw bytes where it cannot: a dtype no version defines.
+  {
+    const client::JoinOptions o = JoinOf("dtype-99", 1, 0);
+    v1::JoinRequest request;
+    request.set_job_id(o.job_id);
+    request.set_world_size(1);
+    request.set_rank(0);
+    request.set_host(o.host);
+    request.set_device(o.device);
+    rpc::ToProto(o.layout, request.mutable_layout());
+    request.set_layout_digest(plan::DigestHex(plan::LayoutDigest(o.layout)));
+    request.mutable_options()->set_param_dtype(static_cast<v1::DType>(99));
+    auto stub = v1::Coordinator::NewStub(
+        grpc::CreateChannel(zerod.endpoint(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.AddMetadata(rpc::kJobTokenMetadata, client::NewToken());
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    v1::JoinResponse response;
+    const grpc::Status s = stub->Join(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("plan options: param_dtype 99 is unknown"));
+  }
+  // None of the refused joins left a job, and the store is as it was.
+  EXPECT_EQ(ListedJobs(zerod), (std::vector<std::string>{"bounds"}));
+  EXPECT_EQ(*client->StoreGet("bounds", "counter", {}), std::to_string(kMax));
 }
 
 TEST(Limits, ALimitOutOfRangeIsAUsageError) {

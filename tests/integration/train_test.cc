@@ -208,6 +208,16 @@ TEST(Train, ATrainerWhoseDaemonIsGoneForGoodStopsWithinItsRetryBudget) {
   }
 }
 
+TEST(Train, ATrainerWhoseSessionDoesNotStartNamesItsJobAndTheRankItAskedFor) {
+  const ProcessResult r =
+      RunProcess({"/usr/bin/env", "ZEROD_RETRY_FOR=1s", "ZEROD_RANK=1", TRAIN_MLP_PATH,
+                  "--endpoint", "unix:///nowhere", "--job", "unstarted", "--world", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err,
+              HasSubstr("train_mlp: job unstarted (world 2), rank 1: the session did not start: "));
+  EXPECT_THAT(r.err, Not(HasSubstr("rank -1")));
+}
+
 // A daemon that does not run for three lease periods (SIGSTOP here; a paused VM or a starved
 // machine alike) heard no heartbeat in that time: when it runs again no rank is declared lost.
 TEST(Train, ADaemonStoppedLongerThanTheLeaseLosesNoRank) {
@@ -246,6 +256,10 @@ TEST(Zerorun, PrefixesOutputSetsTheEnvironmentAndPropagatesFailure) {
                   "if [ $ZEROD_RANK = 1 ]; then exit 3; fi; sleep 60"});
   EXPECT_EQ(failed.exit_code, 3);
   EXPECT_THAT(failed.err, HasSubstr("rank 1 exited with code 3"));
+  // No restart follows, and the message does not promise one.
+  EXPECT_THAT(failed.err, HasSubstr("zerorun: ending job "));
+  EXPECT_THAT(failed.err, HasSubstr(" after its ranks failed: "));
+  EXPECT_THAT(failed.err, Not(HasSubstr("before the restart")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
   // Usage errors.
   EXPECT_EQ(RunProcess({ZERORUN_PATH, "-n", "0", "--endpoint", "x", "--", "true"}).exit_code, 2);

@@ -408,8 +408,8 @@ TEST(Zerod, OneDaemonPerDataDirAndPerSocket) {
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   ASSERT_EQ(stat((data + "/zerod.db").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  // An existing folder given as the data dir keeps its mode (it may be shared); the state in it
-  // is private all the same.
+  // An existing folder given as the data dir keeps its mode when nobody else may write it (others
+  // may read it); the state in it is private all the same.
   const std::string shared = other.path() + "/shared";
   ASSERT_EQ(mkdir(shared.c_str(), 0755), 0);
   ASSERT_EQ(chmod(shared.c_str(), 0755), 0);

@@ -1,6 +1,7 @@
 #include "server/auth/job_tokens.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <future>
 #include <memory>
@@ -129,6 +130,87 @@ TEST(AdminToken, IsMadePrivateAtFirstStartAndRefusedWhenOthersMayReadIt) {
   const auto open = LoadOrCreateAdminToken(path);
   EXPECT_EQ(open.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(open.status().message(), HasSubstr("may be read by others (mode 644)"));
+}
+
+TEST_F(JobTokensTest, AViewNeedsTheViewerTheAdminOrTheJobsOwnTokenUnlessInspectionIsOpen) {
+  const std::string viewer = NewToken(), mine = NewToken();
+  tokens_ = std::make_unique<JobTokens>(
+      kv_.get(), [this](const std::string& job) { return presence_[job] != JobPresence::kAbsent; },
+      [this](const std::string& job) { return presence_[job] == JobPresence::kEnded; }, admin_,
+      ViewPolicy{.viewer_token = viewer});
+  ASSERT_TRUE(Admit("j", {mine, ""}).ok());
+  for (const std::string& job : {std::string(), std::string("j")}) {
+    SCOPED_TRACE(job.empty() ? "every job" : job);
+    EXPECT_TRUE(tokens_->CheckView(job, {.viewer_token = viewer}).ok());
+    EXPECT_TRUE(tokens_->CheckView(job, {.admin_token = admin_}).ok());
+    const absl::Status none = tokens_->CheckView(job, {});
+    EXPECT_EQ(none.code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(none.message(),
+                HasSubstr("no credentials: over TCP a call needs the viewer token"));
+    const absl::Status wrong = tokens_->CheckView(job, {.viewer_token = NewToken()});
+    EXPECT_EQ(wrong.code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(wrong.message(), Not(HasSubstr(viewer)));
+  }
+  // A job's own token shows that job, neither another's nor the list of all.
+  EXPECT_TRUE(tokens_->CheckView("j", {.job_token = mine}).ok());
+  EXPECT_EQ(tokens_->CheckView("other", {.job_token = mine}).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(tokens_->CheckView("", {.job_token = mine}).code(),
+            absl::StatusCode::kPermissionDenied);
+
+  JobTokens open(
+      kv_.get(), [](const std::string&) { return true; }, [](const std::string&) { return false; },
+      admin_, ViewPolicy{.open = true});
+  EXPECT_TRUE(open.CheckView("", {}).ok());
+}
+
+TEST_F(JobTokensTest, OnlyTheViewerAndAdminTokensOpenTheHttpListenerNotAJobsOwn) {
+  const std::string viewer = NewToken(), mine = NewToken();
+  tokens_ = std::make_unique<JobTokens>(
+      kv_.get(), [this](const std::string& job) { return presence_[job] != JobPresence::kAbsent; },
+      [this](const std::string& job) { return presence_[job] == JobPresence::kEnded; }, admin_,
+      ViewPolicy{.viewer_token = viewer});
+  ASSERT_TRUE(Admit("j", {mine, ""}).ok());
+  EXPECT_TRUE(tokens_->IsViewerOrAdmin(viewer));
+  EXPECT_TRUE(tokens_->IsViewerOrAdmin(admin_));
+  EXPECT_FALSE(tokens_->IsViewerOrAdmin(mine));
+  EXPECT_FALSE(tokens_->IsViewerOrAdmin(NewToken()));
+  EXPECT_FALSE(tokens_->IsViewerOrAdmin(""));
+  EXPECT_FALSE(tokens_->IsViewerOrAdmin(TokenDigest(viewer))) << "the digest is not the token";
+  EXPECT_FALSE(tokens_->inspection_open());
+  // Without a viewer token (inspection open) an empty one matches nothing either.
+  JobTokens open(
+      kv_.get(), [](const std::string&) { return true; }, [](const std::string&) { return false; },
+      admin_, ViewPolicy{.open = true});
+  EXPECT_TRUE(open.inspection_open());
+  EXPECT_FALSE(open.IsViewerOrAdmin(""));
+  EXPECT_TRUE(open.IsViewerOrAdmin(admin_));
+}
+
+TEST(ViewerToken, IsMadeForItsGroupAndALinkOrAnotherUsersFileIsRefused) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/viewer.token";
+  auto made = LoadOrCreateViewerToken(path, getegid());
+  ASSERT_TRUE(made.ok()) << made.status();
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  // Without a group at the next start it is the daemon user's alone again.
+  EXPECT_EQ(*LoadOrCreateViewerToken(path, static_cast<gid_t>(-1)), *made);
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  const std::string link = dir.path() + "/link.token";
+  ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
+  EXPECT_THAT(LoadOrCreateViewerToken(link, static_cast<gid_t>(-1)).status().message(),
+              HasSubstr("viewer token " + link + " is a symbolic link"));
+  EXPECT_THAT(LoadOrCreateAdminToken(link).status().message(),
+              HasSubstr("admin token " + link + " is a symbolic link"));
+  if (geteuid() == 0) {  // only root can give a file away
+    ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0);
+    EXPECT_THAT(LoadOrCreateAdminToken(path).status().message(),
+                HasSubstr("belongs to uid 65534, not to zerod's user"));
+  }
 }
 
 }  // namespace
