@@ -26,6 +26,13 @@ PACKAGES=(
   python3-torch
   # the PyTorch front end (python/zerod): its tests, the torchvision example
   python3-pytest python3-torchvision python3-numpy python3-pyflakes
+  # zerod's HTTP listener (/metrics) and its test against a real Prometheus (prometheus, promtool);
+  # curl asks it as another user (runuser) in tests/integration/metrics_test
+  libmicrohttpd-dev prometheus curl
+  # zerod as a systemd service (sd_notify, watchdog), and its manifests' test (python3-yaml)
+  libsystemd-dev python3-yaml
+  # the status page's test drives a real headless browser (tests/integration/status_page_test)
+  chromium
 )
 
 missing=()

@@ -288,9 +288,10 @@ void CheckpointRecords::Drain(const std::string& job_id) {
       bool more = false;
       RecordCallback done = PopFront(job_id, &more);
       if (committed.ok()) {
-        Logger("coordinator")
-            ->info("job {}: checkpoint at step {} recorded {} ({})", ShownJobId(job_id),
-                   record.step(), StateName(record.state()), ShownKey(record.directory()));
+        // The records are the job's, across generations: no rank or generation to name here.
+        LogAboutJob(*Logger("coordinator"), spdlog::level::info, {ShownJobId(job_id)},
+                    "checkpoint at step {} recorded {} ({})", record.step(),
+                    StateName(record.state()), ShownKey(record.directory()));
         done(std::move(record));
       } else {
         done(absl::Status(committed.status().code(),

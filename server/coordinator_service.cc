@@ -8,6 +8,7 @@
 #include "runtime/common/mutex.h"
 #include "server/auth/call_auth.h"
 #include "server/logging.h"
+#include "server/metrics/server_metrics.h"
 
 namespace zerod::server {
 namespace {
@@ -42,7 +43,9 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::JobEvent> {
       writing_ = false;
       if (!queue_.empty()) queue_.pop_front();
       if (!ok) RequestFinish(grpc::Status(grpc::StatusCode::CANCELLED, "watch stream broken"));
-      if (!queue_.empty() && !finishing_) {
+      // Events queued before a Close still go out (a job's end is queued behind the write in
+      // flight, then the stream is closed); only a broken stream drops them.
+      if (ok && !queue_.empty()) {
         WriteFront();
       } else {
         MaybeFinish();
@@ -84,9 +87,12 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::JobEvent> {
     grpc::Status status_ ABSL_GUARDED_BY(mu_);
   };
 
-  WatchStream(JobRegistry* registry, const std::string& job_id)
+  // `allowed`: the caller may watch the job (auth::AuthorizeView); otherwise the stream ends at
+  // once with that status, having subscribed to nothing.
+  WatchStream(JobRegistry* registry, const std::string& job_id, const absl::Status& allowed)
       : registry_(registry), job_id_(job_id), sink_(std::make_shared<Sink>(this)) {
-    auto id = registry_->Subscribe(job_id_, sink_);
+    absl::StatusOr<int64_t> id =
+        allowed.ok() ? registry_->Subscribe(job_id_, sink_) : absl::StatusOr<int64_t>(allowed);
     if (!id.ok()) {
       subscribed_ = false;
       sink_->Close(id.status());
@@ -160,6 +166,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
                       response->set_lease_ttl_ms(absl::ToInt64Milliseconds(result->lease_ttl));
                       response->set_world_size(result->world_size);
                       response->set_plan_inputs(*result->plan_bytes);
+                      metrics::Metrics().joins.WithLabels({job_id})->Increment();
                       reactor->Finish(grpc::Status::OK);
                     });
   };
@@ -181,6 +188,10 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPlan(grpc::CallbackServerContex
                                                       const v1::GetPlanRequest* request,
                                                       v1::PlanInputs* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = auth::AuthorizeView(tokens_, *context, request->job_id()); !s.ok()) {
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
   auto plan = registry_->GetPlan(request->job_id());
   if (plan.ok()) *response = *std::move(plan);
   reactor->Finish(ToGrpc(plan.status()));
@@ -197,15 +208,20 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
     reactor->Finish(ToGrpc(s));
     return reactor;
   }
+  const absl::Time start = absl::Now();
   auto result = registry_->Heartbeat(*request);
+  metrics::Metrics().heartbeat_seconds.WithLabels({})->Observe(absl::Now() - start);
+  // Counted by job only once the registry took it: an unknown job id adds no series.
+  if (result.ok()) metrics::Metrics().heartbeats.WithLabels({request->job_id()})->Increment();
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpc(result.status()));
   return reactor;
 }
 
 grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::Watch(
-    grpc::CallbackServerContext* /*context*/, const v1::WatchRequest* request) {
-  return new WatchStream(registry_, request->job_id());
+    grpc::CallbackServerContext* context, const v1::WatchRequest* request) {
+  return new WatchStream(registry_, request->job_id(),
+                         auth::AuthorizeView(tokens_, *context, request->job_id()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
@@ -234,10 +250,7 @@ grpc::ServerUnaryReactor* CoordinatorService::EndJob(grpc::CallbackServerContext
     reactor->Finish(ToGrpc(s));
     return reactor;
   }
-  registry_->EndJob(job_id, [reactor, job_id](absl::Status status) {
-    if (status.ok()) Logger("coordinator")->info("job {} ended by request", job_id);
-    reactor->Finish(ToGrpc(status));
-  });
+  registry_->EndJob(job_id, [reactor](absl::Status status) { reactor->Finish(ToGrpc(status)); });
   return reactor;
 }
 

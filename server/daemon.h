@@ -6,6 +6,8 @@
 //
 // Owns the reaper thread (stopped by Shutdown) and gRPC's threads.
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,8 +15,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "runtime/common/mutex.h"
 #include "server/auth/transport_security.h"
+#include "server/http/http_server.h"
 #include "server/instance_lock.h"
 #include "server/job_registry.h"
 #include "server/job_store.h"
@@ -22,6 +26,14 @@
 
 namespace grpc {
 class Server;
+}
+
+namespace zerod::metrics {
+class JobMetrics;
+}
+
+namespace zerod::status {
+class HistorySampler;
 }
 
 namespace zerod::server {
@@ -56,11 +68,26 @@ struct DaemonOptions {
   // may act on every job, as before it existed (for benchmarks and trusted test rigs only).
   bool authenticate = true;
   std::string admin_token_file;  // empty: DATA_DIR/admin.token
+  // Read-only views over TCP need the viewer token (or the admin's, or the job's own), made in
+  // `viewer_token_file` (empty: DATA_DIR/viewer.token) readable by `viewer_group` (empty: nobody
+  // else), unless `open_inspection`. Over the Unix socket its mode and group decide. The HTTP
+  // listener needs the viewer or admin token for everything, unless `open_inspection`.
+  std::string viewer_token_file;
+  std::string viewer_group;
+  bool open_inspection = false;
   // Who may connect to the Unix socket at all: its mode, and its group (empty: the daemon's).
   int socket_mode = 0660;
   std::string socket_group;
   auth::TlsFiles tls;                // for the TCP listener
   bool allow_plaintext_tcp = false;  // a non-loopback listener without TLS
+  // The HTTP listener (/metrics, the status page): --http-listen, empty = none. Port 0 picks one.
+  std::string http_listen;
+  // Per-rank metric series only for jobs of at most this many ranks (--metrics-max-ranks-per-job).
+  int64_t metrics_max_ranks_per_job = 64;
+  // A FAKE FOR TESTS ONLY (ZEROD_TEST_STALL_LOOP_AFTER): this long after the start, a callback
+  // that never returns until the drain blocks the registry's timer thread, as a deadlock would;
+  // the watchdog test checks that the pings then stop.
+  absl::Duration test_stall_loop_after = absl::InfiniteDuration();
 };
 
 class Daemon {
@@ -70,12 +97,26 @@ class Daemon {
 
   // The TCP port bound (when listening on TCP).
   int tcp_port() const { return tcp_port_; }
-  // Answers waiting calls with UNAVAILABLE, drains in-flight calls (up to `grace`), stops.
+  // The HTTP port bound (when --http-listen is given), else 0.
+  int http_port() const { return http_ ? http_->port() : 0; }
+  // Drains, in this order: health turns NOT_SERVING (probes and balancers stop sending), waiting
+  // joins, watches (connected ranks) and store waits are answered UNAVAILABLE "shutting down;
+  // retry", no new call is accepted and in-flight ones finish (up to `grace`, then cancelled), and
+  // the state store commits what is queued and closes.
   void Shutdown(absl::Duration grace);
+
+  // OK when the daemon's loops ran a probe within `timeout`: a health check answered through the
+  // gRPC server (its threads and completion queues), a callback run on the registry's timer
+  // thread, and a lease sweep not overdue. The service watchdog pings only after OK.
+  absl::Status ProbeLoops(absl::Duration timeout);
+  // One line for the service manager's STATUS=: jobs open, and where the daemon listens.
+  std::string StatusLine() const;
 
  private:
   Daemon() = default;
   void ReaperLoop();
+  // The HTTP listener on options_.http_listen, with /metrics.
+  absl::Status StartHttp();
 
   DaemonOptions options_;
   // Destroyed last: the claims outlive everything that uses the data dir and the socket.
@@ -92,9 +133,22 @@ class Daemon {
   std::unique_ptr<InspectService> inspect_;
   std::unique_ptr<grpc::Server> server_;
   int tcp_port_ = 0;
+  // The HTTP listener and what /metrics reads; stopped before the registry goes.
+  std::unique_ptr<metrics::JobMetrics> job_metrics_;
+  // The status page's step-rate history (server/status); its thread stops with the listener.
+  std::unique_ptr<status::HistorySampler> history_sampler_;
+  std::unique_ptr<http::HttpServer> http_;
+
+  // The watchdog's probes: gRPC's own health service through an in-process channel, and the timer
+  // probe still waiting to run (no second one is posted behind a stuck one).
+  std::unique_ptr<grpc::GenericStub> probe_stub_;
+  std::shared_ptr<absl::Notification> timer_probe_;
+  // Releases the test-only stall (DaemonOptions::test_stall_loop_after) at shutdown.
+  std::shared_ptr<absl::Notification> release_stall_ = std::make_shared<absl::Notification>();
 
   Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_sweep_ ABSL_GUARDED_BY(mu_);
   std::thread reaper_;
 };
 

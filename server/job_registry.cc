@@ -11,6 +11,7 @@
 #include "server/job_records.h"
 #include "server/join_admission.h"
 #include "server/logging.h"
+#include "server/metrics/server_metrics.h"
 #include "server/plan_builder.h"
 
 namespace zerod::server {
@@ -29,6 +30,13 @@ void RunAll(std::vector<std::function<void()>>& deferred) {
 
 void Broadcast(Job& job, v1::JobEvent::Kind kind, int64_t rank, std::string message, absl::Time now)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
+  // Losses, leaves and ends are what an operator looks for in the log; joins and steps are many.
+  if (kind == v1::JobEvent::MEMBER_LOST || kind == v1::JobEvent::MEMBER_LEFT ||
+      kind == v1::JobEvent::JOB_ENDED) {
+    LogAboutJob(*Logger("coordinator"),
+                kind == v1::JobEvent::MEMBER_LOST ? spdlog::level::warn : spdlog::level::info,
+                {job.id, rank, job.generation}, "{}", message);
+  }
   if (job.watchers.empty()) return;
   v1::JobEvent e;
   e.set_kind(kind);
@@ -182,9 +190,9 @@ absl::Status JobRegistry::Recover() {
           committed.status().code(),
           absl::StrCat("cannot quarantine job ", id, ": ", committed.status().message()));
     }
-    Logger("coordinator")
-        ->error("job {} is quarantined: {}; its records are kept under {}, the other jobs load",
-                ShownJobId(id), why, moved_to);
+    LogAboutJob(*Logger("coordinator"), spdlog::level::err, {ShownJobId(id)},
+                "quarantined: {}; its records are kept under {}, the other jobs load", why,
+                moved_to);
   }
   // Those of earlier starts too, unless the id was joined again since.
   std::map<std::string, std::string> quarantined = QuarantinedJobs(kv_->Range("quarantine/"));
@@ -349,7 +357,8 @@ void JobRegistry::Enter(const std::shared_ptr<Job>& job, JoinArgs args,
   } else {
     // The admission decision chose a free rank; a taken one here is a broken invariant.
     if (!job->slots.Take(rank)) {
-      Logger("coordinator")->critical("job {}: admitted rank {} was not free", job->id, rank);
+      LogAboutJob(*Logger("coordinator"), spdlog::level::critical, {job->id, rank, job->generation},
+                  "admitted rank {} was not free", rank);
       std::abort();
     }
   }
@@ -443,10 +452,10 @@ void JobRegistry::FinishFormation(const std::shared_ptr<Job>& job, absl::Status 
         deferred.push_back([waiter = std::move(m.waiter),
                             result = ResultFor(*job, r, options_.lease_ttl)] { waiter(result); });
       }
-      Logger("coordinator")
-          ->info("job {} formed: generation {}, {} ranks, stage {}, plan {}, stored in {}", job->id,
-                 job->generation, job->world_size, job->plan->options().stage(),
-                 job->plan->plan_digest(), absl::FormatDuration(now - job->formation_started));
+      LogAboutJob(*Logger("coordinator"), spdlog::level::info, {job->id, -1, job->generation},
+                  "formed: {} ranks, stage {}, plan {}, stored in {}", job->world_size,
+                  job->plan->options().stage(), job->plan->plan_digest(),
+                  absl::FormatDuration(now - job->formation_started));
       Broadcast(*job, v1::JobEvent::JOB_FORMED, -1,
                 absl::StrCat("all ", job->world_size, " ranks active; stage ",
                              job->plan->options().stage(), ", plan ", job->plan->plan_digest()),
@@ -525,6 +534,7 @@ void JobRegistry::ExpireLeases(absl::Duration unheard) {
         m.state = v1::MEMBER_LOST;
         job->slots.MarkLost(r);
         lost.push_back(r);
+        metrics::Metrics().losses.WithLabels({job->id})->Increment();
         ops.push_back(KvOp::Put(MemberKey(job->id, r), EncodeMember(m)));
       }
       if (lost.empty()) continue;

@@ -97,6 +97,12 @@ class JobRegistry {
   // Fails every waiting join and closes every watch with UNAVAILABLE (daemon shutdown).
   void Shutdown();
 
+  // Runs `callback` on the thread that runs join deadlines, at `at` (a time of the Clock): the
+  // daemon's watchdog posts probes here, a probe that runs proving that thread is not stuck.
+  void RunOnTimerThread(absl::Time at, std::function<void()> callback) {
+    timers_.Schedule(at, std::move(callback));
+  }
+
   absl::Duration lease_ttl() const { return options_.lease_ttl; }
   // What a join may declare here (CheckJoinArgs' limits).
   const JoinLimits& join_limits() const { return options_.join_limits; }

@@ -13,7 +13,13 @@
 #include "runtime/common/units.h"
 #include "server/auth/transport_security.h"
 #include "server/daemon.h"
+#include "server/http/http_server.h"
 #include "server/logging.h"
+#include "server/service/drain_bound.h"
+#include "server/service/flag_sources.h"
+#include "server/service/health_listener.h"
+#include "server/service/liveness_watchdog.h"
+#include "server/service/systemd_notify.h"
 
 namespace {
 
@@ -52,8 +58,34 @@ int main(int argc, char** argv) {
   app.add_option("--max-message", max_message, "Largest gRPC message accepted")
       ->capture_default_str();
   app.add_option("--port-file", port_file, "Write the bound TCP port here");
+  // Metrics (README "Metrics"): off unless given; the shipped unit and manifests use :9464.
+  std::string http_port_file;
+  app.add_option("--http-listen", options.http_listen,
+                 "HTTP HOST:PORT for /metrics and the status page (e.g. 127.0.0.1:9464; port 0 "
+                 "picks one; empty: none); they need the viewer or admin token unless "
+                 "--open-inspection");
+  app.add_option("--http-port-file", http_port_file, "Write the bound HTTP port here");
+  app.add_option("--metrics-max-ranks-per-job", options.metrics_max_ranks_per_job,
+                 "Per-rank metric series only for jobs of at most this many ranks")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  // Logs and the service side (README "Running zerod as a service").
+  std::string log_format = "text", drain_timeout = "10s";
+  LogOptions log_options;
+  app.add_option("--log-format", log_format, "text, or json: one JSON object per line")
+      ->capture_default_str();
+  app.add_option("--log-file", log_options.file,
+                 "Append logs to this file, reopened on SIGHUP (default: stderr)");
+  app.add_option("--drain-timeout", drain_timeout,
+                 "On SIGTERM, how long in-flight calls may take before they are cancelled")
+      ->capture_default_str();
+  std::string health_listen;
+  app.add_option(
+      "--health-listen", health_listen,
+      "Plaintext HOST:PORT serving only grpc.health.v1, SERVING while the daemon's loops "
+      "answer (Kubernetes grpc probes; empty: none)");
   // Limits: what one request or one job may take (README "Limits").
   std::string max_value = "4MiB", max_store_bytes = "256MiB";
   app.add_option("--max-world-size", options.join_limits.max_world_size,
@@ -84,6 +116,14 @@ int main(int argc, char** argv) {
                  "Group of the Unix socket (default: the daemon's)");
   app.add_option("--admin-token-file", options.admin_token_file,
                  "Admin token, made 0600 at first start (default DATA_DIR/admin.token)");
+  app.add_option("--viewer-token-file", options.viewer_token_file,
+                 "Viewer token for read-only views over TCP, made at first start (default "
+                 "DATA_DIR/viewer.token)");
+  app.add_option("--viewer-group", options.viewer_group,
+                 "Group that may read the viewer token (default: none but the daemon's user)");
+  app.add_flag("--open-inspection", options.open_inspection,
+               "Read-only views need no token: gRPC over TCP and the whole HTTP listener "
+               "(/metrics, the status page) (a trusted network only)");
   app.add_option("--tls-cert", options.tls.cert, "PEM certificate of the TCP listener");
   app.add_option("--tls-key", options.tls.key, "PEM private key of the TCP listener");
   app.add_option("--tls-client-ca", options.tls.client_ca,
@@ -92,16 +132,30 @@ int main(int argc, char** argv) {
                "Listen on a non-loopback address without TLS (a trusted network only)");
   app.add_flag("--no-auth", no_auth,
                "No job tokens: any client may act on any job (benchmarks, trusted rigs)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    for (char& c : what) c = c == '\n' ? ' ' : c;
-    return UsageError(what);
-  }
+  // Every flag above may also come from the environment or the config file (flag_sources.h).
+  if (std::optional<int> exit_code = service::ParseFlagSources(app, argc, argv)) return *exit_code;
   if (!SetLogLevel(log_level)) return UsageError("--log-level: unknown level '" + log_level + "'");
+  if (log_format == "text" || log_format == "json") {
+    log_options.format = log_format == "json" ? LogFormat::kJson : LogFormat::kText;
+  } else {
+    return UsageError("--log-format: expected text or json, got '" + log_format + "'");
+  }
+  if (absl::Status s = ConfigureLogs(log_options); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+  absl::Duration drain_bound;
+  if (!absl::ParseDuration(drain_timeout, &drain_bound) || drain_bound < absl::ZeroDuration() ||
+      drain_bound > absl::Hours(1)) {
+    return UsageError("--drain-timeout: expected a duration up to 1h like 10s, got '" +
+                      drain_timeout.substr(0, 64) + "'");
+  }
+  // A FAKE FOR TESTS ONLY: makes the daemon's timer thread stuck (DaemonOptions).
+  if (const char* stall = std::getenv("ZEROD_TEST_STALL_LOOP_AFTER"); stall != nullptr) {
+    if (!absl::ParseDuration(stall, &options.test_stall_loop_after)) {
+      return UsageError(std::string("ZEROD_TEST_STALL_LOOP_AFTER: expected a duration, got '") +
+                        stall + "'");
+    }
+  }
   // A day at most: a lease that never runs out ("inf") would never release anyone.
   const absl::Duration longest = absl::Hours(24);
   if (!absl::ParseDuration(lease_ttl, &options.lease_ttl) ||
@@ -179,13 +233,34 @@ int main(int argc, char** argv) {
     return UsageError(std::string(s.message()));
   }
 
+  if (!options.http_listen.empty()) {
+    if (absl::Status s = zerod::http::CheckListenAddress(options.http_listen); !s.ok()) {
+      return UsageError("--http-listen: " + std::string(s.message()));
+    }
+  }
   // Signals are taken by sigwait below; every thread started from here on inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Bound first: a bad address is a usage error before any state is touched. NOT_SERVING until
+  // the watchdog's first probe of the daemon's loops passes.
+  std::unique_ptr<service::HealthListener> health;
+  if (!health_listen.empty()) {
+    auto started = service::HealthListener::Start(health_listen);
+    if (!started.ok() && started.status().code() == absl::StatusCode::kInvalidArgument) {
+      return UsageError(std::string(started.status().message()));
+    }
+    if (!started.ok()) {
+      Logger("coordinator")->error("{}", std::string(started.status().message()));
+      return 1;
+    }
+    health = *std::move(started);
+  }
+  service::NotifyStatus("loading the state in " + options.data_dir);
   auto daemon = Daemon::Start(options);
   // A flag whose value is wrong (an unknown --socket-group, an unreadable --tls-cert) is named by
   // the message: a usage error.
@@ -200,11 +275,37 @@ int main(int argc, char** argv) {
   if (!port_file.empty()) {
     std::ofstream(port_file) << (*daemon)->tcp_port() << "\n";
   }
+  if (!http_port_file.empty()) {
+    std::ofstream(http_port_file) << (*daemon)->http_port() << "\n";
+  }
+  // The state is loaded and every listener bound: a client connecting from now on is answered.
+  service::NotifyReady((*daemon)->StatusLine());
+  service::LivenessWatchdog::Hooks hooks{
+      [raw = daemon->get()](absl::Duration timeout) { return raw->ProbeLoops(timeout); },
+      [raw = daemon->get()] { return raw->StatusLine(); }, nullptr};
+  if (health) hooks.report = [raw = health.get()](bool alive) { raw->SetServing(alive); };
+  auto watchdog =
+      std::make_unique<service::LivenessWatchdog>(service::WatchdogInterval(), std::move(hooks));
   int signal = 0;
-  sigwait(&signals, &signal);
-  Logger("coordinator")->info("signal {} received", signal);
-  (*daemon)->Shutdown(absl::Seconds(5));
+  while (sigwait(&signals, &signal) == 0 && signal == SIGHUP) {
+    // logrotate moved the file away: new lines go to a new file by the old name.
+    if (absl::Status s = ReopenLogs(); s.ok()) {
+      Logger("service")->info("SIGHUP: log file reopened");
+    } else {
+      Logger("service")->error("SIGHUP: {}; logging to the old file", std::string(s.message()));
+    }
+  }
+  Logger("coordinator")->info("signal {} received: draining", signal);
+  service::NotifyStopping("draining: answering waiting calls, in-flight ones up to " +
+                          absl::FormatDuration(drain_bound));
+  // From here the process ends within the bound, even if a stuck loop holds up the watchdog's last
+  // probe or the drain itself.
+  service::DrainBound bound(drain_bound);
+  if (health) health->StopServing();  // final: later reports from the watchdog are ignored
+  watchdog.reset();
+  (*daemon)->Shutdown(drain_bound);
   daemon->reset();
+  service::NotifyStatus("stopped");
   Logger("coordinator")->info("stopped");
   return 0;
 }

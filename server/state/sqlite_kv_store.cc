@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "server/logging.h"
+#include "server/metrics/server_metrics.h"
 #include "server/state/record_checksum.h"
 
 namespace zerod::server {
@@ -377,6 +379,7 @@ void SqliteKvStore::WriterLoop() {
 
 absl::Status SqliteKvStore::WriteStaged(
     const std::map<std::string, std::optional<KeyValue>>& staged, int64_t revision) {
+  const absl::Time start = absl::Now();
   if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) {
     return SqlError("begin");
   }
@@ -412,6 +415,7 @@ absl::Status SqliteKvStore::WriteStaged(
   }
   // Nothing of a failed batch may stay behind.
   if (!status.ok()) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  metrics::Metrics().sqlite_commit_seconds.WithLabels({})->Observe(absl::Now() - start);
   return status;
 }
 

@@ -180,7 +180,7 @@ TEST(StateIntegrity, BytesChangedInsideAStoredValueAreNotServedAndOnlyThatJobIsQ
   EXPECT_TRUE(client->DescribeJob("spared").ok());
   EXPECT_EQ(*client->StoreGet("spared", "addr", absl::ZeroDuration()), "10.9.9.9:29500");
   EXPECT_THAT(zerod.Log(), AllOf(HasSubstr("record 'jobs/hit/kv/addr' is damaged"),
-                                 HasSubstr("job hit is quarantined")));
+                                 HasSubstr("job hit: quarantined")));
 
   // Still quarantined after another restart; joining the id again starts a new job, with none
   // of the old records.
@@ -219,7 +219,7 @@ TEST(StateIntegrity, OneJobRecordThatDoesNotDecodeIsQuarantinedAndTheOtherJobsLo
   auto good = client->DescribeJob("good");
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ(*client->StoreGet("good", "addr", absl::ZeroDuration()), "10.0.0.2:29500");
-  EXPECT_THAT(zerod.Log(), HasSubstr("job bad is quarantined"));
+  EXPECT_THAT(zerod.Log(), HasSubstr("job bad: quarantined"));
   EXPECT_THAT(client->DescribeJob("never-was").status().message(), Not(HasSubstr("quarantined")));
 }
 
