@@ -289,7 +289,8 @@ TEST(Service, SigtermAnswersInFlightCallsTellsWatchersAndKeepsEveryAcknowledgedW
   // Writers keep writing until the daemon stops answering; each remembers its last acknowledged
   // value.
   constexpr int kWriters = 3;
-  std::vector<int64_t> acknowledged(kWriters, -1);
+  std::vector<std::atomic<int64_t>> acknowledged(kWriters);  // read while the writers write
+  for (auto& a : acknowledged) a = -1;
   std::vector<std::thread> writers;
   for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] {
@@ -302,8 +303,8 @@ TEST(Service, SigtermAnswersInFlightCallsTellsWatchersAndKeepsEveryAcknowledgedW
   }
   ASSERT_TRUE(Eventually([&] { return watching.load(); }));
   ASSERT_TRUE(Eventually([&] {
-    for (int64_t a : acknowledged) {
-      if (a < 10) return false;
+    for (const auto& a : acknowledged) {
+      if (a.load() < 10) return false;
     }
     return true;
   }));
@@ -326,7 +327,7 @@ TEST(Service, SigtermAnswersInFlightCallsTellsWatchersAndKeepsEveryAcknowledgedW
   for (int w = 0; w < kWriters; ++w) {
     auto value = client->StoreGet("drain", "w" + std::to_string(w), absl::ZeroDuration());
     ASSERT_TRUE(value.ok()) << value.status();
-    EXPECT_GE(std::stoll(*value), acknowledged[static_cast<size_t>(w)]) << "writer " << w;
+    EXPECT_GE(std::stoll(*value), acknowledged[static_cast<size_t>(w)].load()) << "writer " << w;
   }
 }
 

@@ -136,7 +136,10 @@ TEST(Zerod, TheRuntimeStoreInterfaceWorksOverTheDaemon) {
 }
 
 TEST(Zerod, AnExpiredLeaseMarksTheRankLostAndEveryWatcherIsTold) {
-  ZerodHarness zerod({"--lease-ttl", "300ms", "--restart-grace", "0s"});
+  // A lease of 1 s: long enough that rank 0's heartbeats (every 50 ms) keep it on a loaded TSan
+  // run (at 300 ms it was once declared lost too), short enough that rank 1 is lost while the
+  // watch below is open.
+  ZerodHarness zerod({"--lease-ttl", "1s", "--restart-grace", "0s"});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   // Rank 0 heartbeats for 3 s; rank 1 joins and exits without a word.
   auto alive = zerod.StartRank({"--job", "lease", "--world", "2", "--rank", "0", "--heartbeat-ms",
