@@ -154,8 +154,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   builder.RegisterService(d->coordinator_.get());
   builder.RegisterService(d->store_.get());
   builder.RegisterService(d->inspect_.get());
-  // Every call counted by method and code, for /metrics.
-  builder.experimental().SetInterceptorCreators(metrics::CallMetricsInterceptors());
+  // Every call counted by method and code, for /metrics: only when something serves them (an
+  // interceptor sends every call through gRPC's interception path, which costs on each call).
+  if (!options.http_listen.empty()) {
+    builder.experimental().SetInterceptorCreators(metrics::CallMetricsInterceptors());
+  }
   // The socket is made owner-only and opened to its group afterwards, so no one outside the
   // group can connect in between.
   const mode_t umask_before = umask(0177);

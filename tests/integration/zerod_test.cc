@@ -352,7 +352,12 @@ TEST(Zerod, ZeroctlWatchStreamsEventsUntilTheJobEnds) {
   ASSERT_TRUE(client->Join(JoinOf("w", 1, 0), absl::Seconds(10)).ok());
   ChildProcess watch({ZEROCTL_PATH, "watch", "w", "--json", "--endpoint", zerod.endpoint()},
                      zerod.dir().path() + "/watch.log");
-  absl::SleepFor(absl::Milliseconds(300));
+  // The step must happen while the watch is open: wait for its first event (a fixed 300 ms was
+  // not always enough on a loaded TSan run).
+  for (int i = 0; i < 600 && watch.Output().find("\"kind\":\"snapshot\"") == std::string::npos;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
   client::HeartbeatReport report;
   report.step = 5;
   ASSERT_TRUE(client->Heartbeat("w", 0, 1, report).ok());
