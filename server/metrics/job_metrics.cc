@@ -6,12 +6,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "proto/state_names.h"
 #include "server/job.h"
 #include "server/metrics/registry.h"
 #include "server/metrics/server_metrics.h"
 
 namespace zerod::metrics {
 namespace {
+
+using proto::JobStateName;
 
 // One family's samples, gathered across jobs before it is written whole.
 struct Collected {
@@ -26,21 +29,6 @@ struct Collected {
     for (const auto& [labels, value] : samples) out.Sample(name, labels, value);
   }
 };
-
-const char* JobStateName(v1::JobState state) {
-  switch (state) {
-    case v1::JOB_FORMING:
-      return "forming";
-    case v1::JOB_RUNNING:
-      return "running";
-    case v1::JOB_DEGRADED:
-      return "degraded";
-    case v1::JOB_ENDED:
-      return "ended";
-    default:
-      return "unspecified";
-  }
-}
 
 constexpr v1::JobState kJobStates[] = {v1::JOB_FORMING, v1::JOB_RUNNING, v1::JOB_DEGRADED,
                                        v1::JOB_ENDED};

@@ -125,34 +125,6 @@ json CheckpointJson(const v1::CheckpointRecord& r) {
 
 }  // namespace
 
-const char* JobStateName(v1::JobState state) {
-  switch (state) {
-    case v1::JOB_FORMING:
-      return "forming";
-    case v1::JOB_RUNNING:
-      return "running";
-    case v1::JOB_DEGRADED:
-      return "degraded";
-    case v1::JOB_ENDED:
-      return "ended";
-    default:
-      return "unknown";
-  }
-}
-
-const char* CheckpointStateName(v1::CheckpointState state) {
-  switch (state) {
-    case v1::CHECKPOINT_SAVING:
-      return "saving";
-    case v1::CHECKPOINT_COMPLETE:
-      return "complete";
-    case v1::CHECKPOINT_REMOVED:
-      return "removed";
-    default:
-      return "unknown";
-  }
-}
-
 json JobsView(const server::JobRegistry& registry, const JobHistory& history, absl::Time now) {
   json jobs = json::array();
   for (const v1::JobSummary& s : registry.ListJobs()) jobs.push_back(SummaryJson(s, history));

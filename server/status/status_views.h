@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "proto/state_names.h"
 #include "server/checkpoint_records.h"
 #include "server/job_registry.h"
 #include "server/status/job_history.h"
@@ -41,9 +42,9 @@ absl::StatusOr<nlohmann::json> JobView(const server::JobRegistry& registry,
 // failing the whole answer.
 std::string JsonText(const nlohmann::json& view);
 
-// "forming", "running", "degraded", "ended"; "saving", "complete", "removed".
-const char* JobStateName(v1::JobState state);
-const char* CheckpointStateName(v1::CheckpointState state);
+// The state names the views use (shared with /metrics).
+using proto::CheckpointStateName;
+using proto::JobStateName;
 
 }  // namespace zerod::status
 
