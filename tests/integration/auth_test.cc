@@ -115,17 +115,27 @@ client::JoinOptions OneRankJob(const std::string& job) {
   return join;
 }
 
-// Runs tests/integration/auth_probe as the user nobody, with nothing of this process's
-// environment (no token, no config dir) but a sanitizer build's options, and returns its
-// {"code", "message"}.
-nlohmann::json ProbeAsNobody(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/sbin/runuser", "-u", "nobody", "--", "/usr/bin/env", "-i",
-                                   "PATH=/usr/bin:/bin"};
+// The start of a command line that runs its program with nothing of this process's environment
+// but PATH and a sanitizer build's options (without them a ThreadSanitizer build's child exits 66
+// on a report inside gRPC that the suite's suppressions and log filter would have dropped), as the
+// user nobody or as this user.
+std::vector<std::string> WithoutThisEnvironment(bool as_nobody) {
+  std::vector<std::string> argv;
+  if (as_nobody) argv = {"/usr/sbin/runuser", "-u", "nobody", "--"};
+  argv.insert(argv.end(), {"/usr/bin/env", "-i", "PATH=/usr/bin:/bin"});
   for (const char* name : {"TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"}) {
     if (const char* value = std::getenv(name); value != nullptr) {
       argv.push_back(absl::StrCat(name, "=", value));
     }
   }
+  return argv;
+}
+
+// Runs tests/integration/auth_probe as the user nobody, with nothing of this process's
+// environment (no token, no config dir) but a sanitizer build's options, and returns its
+// {"code", "message"}.
+nlohmann::json ProbeAsNobody(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = WithoutThisEnvironment(/*as_nobody=*/true);
   argv.push_back(Built(AUTH_PROBE_PATH));
   argv.insert(argv.end(), args.begin(), args.end());
   const ProcessResult r = RunProcess(argv);
@@ -198,9 +208,10 @@ TEST(Auth, TheOwnersZeroctlFindsTheSavedTokenAndTheAdminMayEndAnyJob) {
   ASSERT_EQ(stat(saved.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 
-  ProcessResult nobody =
-      RunProcess({"/usr/sbin/runuser", "-u", "nobody", "--", "/usr/bin/env", "-i",
-                  Built(ZEROCTL_PATH), "--endpoint", zerod.unix_endpoint(), "end", "mine"});
+  std::vector<std::string> as_nobody = WithoutThisEnvironment(/*as_nobody=*/true);
+  as_nobody.insert(as_nobody.end(),
+                   {Built(ZEROCTL_PATH), "--endpoint", zerod.unix_endpoint(), "end", "mine"});
+  ProcessResult nobody = RunProcess(as_nobody);
   EXPECT_EQ(nobody.exit_code, 1);
   EXPECT_THAT(nobody.err, HasSubstr("job mine: no credentials"));
   ProcessResult ended =
@@ -212,8 +223,10 @@ TEST(Auth, TheOwnersZeroctlFindsTheSavedTokenAndTheAdminMayEndAnyJob) {
   // Someone else's job, whose token this user does not have: only the admin token ends it.
   auto other = zerod.ClientWithToken(client::NewToken());
   ASSERT_TRUE(other->Join(OneRankJob("theirs"), absl::Seconds(30)).ok());
-  ProcessResult denied = RunProcess({"/usr/bin/env", "-i", Built(ZEROCTL_PATH), "--endpoint",
-                                     zerod.unix_endpoint(), "end", "theirs"});
+  std::vector<std::string> as_me = WithoutThisEnvironment(/*as_nobody=*/false);
+  as_me.insert(as_me.end(),
+               {Built(ZEROCTL_PATH), "--endpoint", zerod.unix_endpoint(), "end", "theirs"});
+  ProcessResult denied = RunProcess(as_me);
   EXPECT_EQ(denied.exit_code, 1);
   EXPECT_THAT(denied.err, HasSubstr("job theirs: no credentials"));
   ProcessResult admin = RunProcess({Built(ZEROCTL_PATH), "--endpoint", zerod.unix_endpoint(), "end",
@@ -277,13 +290,7 @@ TEST(Auth, AJobStoredBeforeAuthenticationIsTheAdminsUntilItEnds) {
 // zeroctl run as nobody with nothing of this process's environment but `env`.
 ProcessResult ZeroctlAsNobody(const std::vector<std::string>& env,
                               const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/sbin/runuser", "-u", "nobody", "--", "/usr/bin/env", "-i",
-                                   "PATH=/usr/bin:/bin"};
-  for (const char* name : {"TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"}) {
-    if (const char* value = std::getenv(name); value != nullptr) {
-      argv.push_back(absl::StrCat(name, "=", value));
-    }
-  }
+  std::vector<std::string> argv = WithoutThisEnvironment(/*as_nobody=*/true);
   argv.insert(argv.end(), env.begin(), env.end());
   argv.push_back(Built(ZEROCTL_PATH));
   argv.insert(argv.end(), args.begin(), args.end());
