@@ -213,10 +213,11 @@ double TimeIt(comm::Communicator& c, double min_time, const std::function<void()
 }
 
 void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
-             const std::vector<int64_t>& sizes, double min_time) {
+             const std::vector<int64_t>& sizes, double min_time, int64_t split_all_reduce_max) {
   auto store = std::make_shared<comm::FileStore>(store_dir);
   comm::GlooOptions options;
   options.timeout = absl::Seconds(120);
+  if (split_all_reduce_max >= 0) options.split_all_reduce_max_bytes = split_all_reduce_max;
   auto created = comm::GlooCommunicator::Create(store, rank, world, options);
   Check(created.status(), "connect");
   comm::Communicator& c = **created;
@@ -275,11 +276,21 @@ int main(int argc, char** argv) {
   std::string sizes_text = "4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB";
   double min_time = 0.3;
   bool no_loopback = false;
+  std::string split_text;
   app.add_option("--worlds", worlds_text, "Comma-separated world sizes");
   app.add_option("--sizes", sizes_text, "Comma-separated buffer sizes");
   app.add_option("--min-time", min_time, "Seconds each size runs for (at least 5 iterations)");
   app.add_flag("--no-loopback", no_loopback, "Skip the loopback TCP measurement");
+  app.add_option("--split-all-reduce-max", split_text,
+                 "GlooOptions::split_all_reduce_max_bytes (0: Gloo's all-reduce above the inline "
+                 "sizes), to measure the cross-over");
   CLI11_PARSE(app, argc, argv);
+  int64_t split_all_reduce_max = -1;
+  if (!split_text.empty()) {
+    auto bytes = ParseBytes(split_text);
+    if (!bytes.ok() || *bytes < 0) Die("--split-all-reduce-max: bad size '" + split_text + "'");
+    split_all_reduce_max = *bytes;
+  }
   const std::vector<int64_t> worlds = ParseList(worlds_text, false);
   const std::vector<int64_t> sizes = ParseList(sizes_text, true);
   if (!no_loopback) MeasureLoopback();
@@ -291,7 +302,7 @@ int main(int argc, char** argv) {
       const pid_t pid = fork();
       if (pid < 0) Die("fork failed");
       if (pid == 0) {
-        RunRank(dir, r, world, sizes, min_time);
+        RunRank(dir, r, world, sizes, min_time, split_all_reduce_max);
         std::fflush(stdout);
         _exit(0);
       }

@@ -22,7 +22,6 @@ struct GlooCommunicator::Op {
   std::string name;
   int64_t sent = 0;
   int64_t received = 0;
-  bool small = false;  // travels inline: the caller may run it (RunOrWait)
   std::function<void()> body;
 
   // The first outcome wins: completion, a Work's abort, or the communicator's.
@@ -128,7 +127,8 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, int64
       rank_(rank),
       world_size_(world_size),
       options_(std::move(options)),
-      leads_(context_, rank, world_size, options_.lead_all_to_all_max_world,
+      leads_(context_, rank, world_size,
+             {options_.lead_all_to_all_max_world, options_.split_all_reduce_max_bytes},
              Millis(options_.timeout)),
       thread_([this] { Loop(); }) {}
 
@@ -137,7 +137,7 @@ GlooCommunicator::~GlooCommunicator() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
-    // A caller running a small collective (RunOrWait) leaves it at once now the transport is
+    // A caller running a collective (RunOrWait) leaves it at once now the transport is
     // closed; it still touches this object until then.
     mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !executing_; });
   }
@@ -145,9 +145,8 @@ GlooCommunicator::~GlooCommunicator() {
 }
 
 std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, int64_t received,
-                                                bool small, std::function<void()> body) {
+                                                std::function<void()> body) {
   auto op = std::make_shared<Op>();
-  op->small = small;
   op->name = absl::StrCat(name, " on rank ", rank_);
   op->sent = sent;
   op->received = received;
@@ -174,14 +173,14 @@ void GlooCommunicator::Loop() {
 
 absl::Status GlooCommunicator::RunOrWait(const std::shared_ptr<Op>& op, absl::Duration timeout) {
   {
-    // The caller runs a small collective itself when it is next and nothing is running: waited
-    // for at once, it then costs no wake-up of the collective thread and none of the caller, two
-    // of the few thread switches it takes. Only when the caller would wait as long as the
-    // collective may take (Gloo's own waits have that timeout). Large collectives stay on the
-    // collective thread: there a switch is noise, and on a busy machine they ran slower here.
+    // The caller runs a collective itself when it is next and nothing is running: waited for at
+    // once, it then costs no wake-up of the collective thread and none of the caller. On the
+    // shared 2-core VM each such wake-up could wait for a 4 ms scheduler tick; run here, a 256 KiB
+    // broadcast or all-gather at 2 ranks took 0.2-0.4 ms where the collective thread's took 4 ms
+    // in most runs (collective_bench, three alternating runs). Only when the caller would wait as
+    // long as the collective may take (Gloo's own waits have that timeout).
     MutexLock lock(&mu_);
-    if (op->small && !executing_ && timeout >= options_.timeout && !queue_.empty() &&
-        queue_.front() == op) {
+    if (!executing_ && timeout >= options_.timeout && !queue_.empty() && queue_.front() == op) {
       RunFront();
     }
   }
@@ -294,65 +293,88 @@ void GlooCommunicator::SumInRankOrder(char* out, const char* mine, int64_t count
 std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DType dtype) {
   const int64_t bytes = count * DTypeBytes(dtype);
   const bool direct = leads_.CarriesInline(static_cast<size_t>(bytes));
+  // Our rings (a reduce-scatter then an all-gather) up to the measured cross-over; on 2 cores
+  // they beat Gloo's ring all-reduce well beyond the inline sizes. Not when a chunk would be
+  // empty (a tiny buffer in a world too large to go inline).
+  const internal::Chunks chunks = internal::Chunks::Split(world_size_, count, DTypeBytes(dtype));
+  const bool split =
+      !direct && bytes <= options_.split_all_reduce_max_bytes && chunks.bytes(world_size_ - 1) > 0;
   // Inline, each rank sends its whole buffer to every other (one exchange instead of a ring's
-  // 2 (world - 1) steps); the ring sends 2 (world - 1) / world of it.
-  const int64_t moved = world_size_ == 1 ? 0
-                        : direct         ? (world_size_ - 1) * bytes
-                                         : 2 * (world_size_ - 1) * bytes / world_size_;
-  return Enqueue("all_reduce", moved, moved, direct, [this, data, count, dtype, bytes, direct] {
-    const auto lead = Next(internal::CollectiveKind::kAllReduce, count, dtype);
-    if (world_size_ == 1) return;
-    char* own = static_cast<char*>(data);
-    if (direct) {
-      leads_.Exchange(lead, [&](int) { return std::pair<const void*, size_t>(own, bytes); });
-      SumInRankOrder(own, own, count, dtype);
-      leads_.Release();
-      return;
-    }
-    leads_.Exchange(lead, nullptr);
-    leads_.Release();
-    gloo::AllreduceOptions opts(context_);
-    opts.setTimeout(Millis(options_.timeout));
-    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    if (dtype == DType::kFloat32) {
-      opts.setOutput(static_cast<float*>(data), static_cast<size_t>(count));
-    } else {
-      opts.setOutput(static_cast<uint16_t*>(data), static_cast<size_t>(count));
-    }
-    opts.setReduceFunction([dtype](void* c, const void* a, const void* b, size_t n) {
-      internal::ElementSum(dtype, c, a, b, n);
-    });
-    gloo::allreduce(opts);
-  });
+  // 2 (world - 1) steps); a ring sends 2 (world - 1) / world of it: split, every chunk but its
+  // own in the reduce-scatter and every one but its successor's in the all-gather.
+  const auto others = [&](int64_t a, int64_t b) {
+    return 2 * bytes -
+           static_cast<int64_t>(chunks.bytes(a % world_size_) + chunks.bytes(b % world_size_));
+  };
+  const int64_t sent = world_size_ == 1 ? 0
+                       : direct         ? (world_size_ - 1) * bytes
+                       : split          ? others(rank_, rank_ + 1)
+                                        : 2 * (world_size_ - 1) * bytes / world_size_;
+  const int64_t received =
+      world_size_ == 1 || !split ? sent : others(rank_ + world_size_ - 1, rank_);
+  return Enqueue(
+      "all_reduce", sent, received, [this, data, count, dtype, bytes, direct, split, chunks] {
+        const auto lead = Next(internal::CollectiveKind::kAllReduce, count, dtype);
+        if (world_size_ == 1) return;
+        char* own = static_cast<char*>(data);
+        if (direct) {
+          leads_.Exchange(lead, [&](int) { return std::pair<const void*, size_t>(own, bytes); });
+          SumInRankOrder(own, own, count, dtype);
+          leads_.Release();
+          return;
+        }
+        leads_.Exchange(lead, nullptr);
+        leads_.Release();
+        if (split) {
+          // Each chunk is summed once, on one rank, then copied: every rank gets the
+          // same bits.
+          RingReduceScatter(own, chunks, dtype);
+          RingAllGather(own, chunks);
+          return;
+        }
+        gloo::AllreduceOptions opts(context_);
+        opts.setTimeout(Millis(options_.timeout));
+        opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+        if (dtype == DType::kFloat32) {
+          opts.setOutput(static_cast<float*>(data), static_cast<size_t>(count));
+        } else {
+          opts.setOutput(static_cast<uint16_t*>(data), static_cast<size_t>(count));
+        }
+        opts.setReduceFunction([dtype](void* c, const void* a, const void* b, size_t n) {
+          internal::ElementSum(dtype, c, a, b, n);
+        });
+        gloo::allreduce(opts);
+      });
 }
 
-void GlooCommunicator::RingReduceScatter(char* data, int64_t chunk_bytes, DType dtype) {
+void GlooCommunicator::RingReduceScatter(char* data, const internal::Chunks& chunks, DType dtype) {
   const int64_t w = world_size_, r = rank_;
-  std::vector<char> scratch(static_cast<size_t>(chunk_bytes));
-  auto whole = context_->createUnboundBuffer(data, static_cast<size_t>(w * chunk_bytes));
+  std::vector<char> scratch(chunks.max_bytes());
+  auto whole = context_->createUnboundBuffer(data, chunks.total_bytes());
   auto incoming = context_->createUnboundBuffer(scratch.data(), scratch.size());
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const auto timeout = Millis(options_.timeout);
   // Step s sends the partial sum of chunk r-s-1 and adds the arriving chunk r-s-2; after w-1
-  // steps chunk r holds every rank's contribution.
+  // steps chunk r holds every rank's contribution. Sender and receiver of a chunk agree on its
+  // size, so both skip an empty one.
   for (int64_t s = 0; s < w - 1; ++s) {
     const int64_t send_chunk = (r - s - 1 + 2 * w) % w;
     const int64_t recv_chunk = (r - s - 2 + 2 * w) % w;
-    whole->send(next, slot, static_cast<size_t>(send_chunk * chunk_bytes),
-                static_cast<size_t>(chunk_bytes));
-    incoming->recv(prev, slot, 0, static_cast<size_t>(chunk_bytes));
-    incoming->waitRecv(timeout);
-    whole->waitSend(timeout);
-    char* target = data + recv_chunk * chunk_bytes;
+    const size_t send_bytes = chunks.bytes(send_chunk), recv_bytes = chunks.bytes(recv_chunk);
+    if (recv_bytes > 0) incoming->recv(prev, slot, 0, recv_bytes);
+    if (send_bytes > 0) whole->send(next, slot, chunks.offset(send_chunk), send_bytes);
+    if (recv_bytes > 0) incoming->waitRecv(timeout);
+    if (send_bytes > 0) whole->waitSend(timeout);
+    char* target = data + chunks.offset(recv_chunk);
     internal::ElementSum(dtype, target, target, scratch.data(),
-                         static_cast<size_t>(chunk_bytes / DTypeBytes(dtype)));
+                         recv_bytes / static_cast<size_t>(chunks.element_bytes));
   }
 }
 
-void GlooCommunicator::RingAllGather(char* data, int64_t chunk_bytes) {
+void GlooCommunicator::RingAllGather(char* data, const internal::Chunks& chunks) {
   const int64_t w = world_size_, r = rank_;
-  auto whole = context_->createUnboundBuffer(data, static_cast<size_t>(w * chunk_bytes));
+  auto whole = context_->createUnboundBuffer(data, chunks.total_bytes());
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const auto timeout = Millis(options_.timeout);
@@ -360,12 +382,11 @@ void GlooCommunicator::RingAllGather(char* data, int64_t chunk_bytes) {
   for (int64_t s = 0; s < w - 1; ++s) {
     const int64_t send_chunk = (r - s + w) % w;
     const int64_t recv_chunk = (r - s - 1 + w) % w;
-    whole->send(next, slot, static_cast<size_t>(send_chunk * chunk_bytes),
-                static_cast<size_t>(chunk_bytes));
-    whole->recv(prev, slot, static_cast<size_t>(recv_chunk * chunk_bytes),
-                static_cast<size_t>(chunk_bytes));
-    whole->waitRecv(timeout);
-    whole->waitSend(timeout);
+    const size_t send_bytes = chunks.bytes(send_chunk), recv_bytes = chunks.bytes(recv_chunk);
+    if (recv_bytes > 0) whole->recv(prev, slot, chunks.offset(recv_chunk), recv_bytes);
+    if (send_bytes > 0) whole->send(next, slot, chunks.offset(send_chunk), send_bytes);
+    if (recv_bytes > 0) whole->waitRecv(timeout);
+    if (send_bytes > 0) whole->waitSend(timeout);
   }
 }
 
@@ -374,54 +395,56 @@ std::unique_ptr<Work> GlooCommunicator::ReduceScatter(void* data, int64_t chunk_
   const int64_t chunk_bytes = chunk_count * DTypeBytes(dtype);
   const int64_t moved = (world_size_ - 1) * chunk_bytes;  // inline or ring alike
   const bool direct = leads_.CarriesInline(static_cast<size_t>(chunk_bytes));
-  return Enqueue("reduce_scatter", moved, moved, direct,
-                 [this, data, chunk_count, chunk_bytes, dtype, direct] {
-                   const auto lead =
-                       Next(internal::CollectiveKind::kReduceScatter, chunk_count, dtype);
-                   if (world_size_ == 1) return;
-                   char* chunks = static_cast<char*>(data);
-                   const size_t size = static_cast<size_t>(chunk_bytes);
-                   if (direct) {
-                     // Each peer gets the chunk it owns and sums the world's in rank order.
-                     leads_.Exchange(lead, [&](int peer) {
-                       return std::pair<const void*, size_t>(chunks + peer * chunk_bytes, size);
-                     });
-                     char* mine = chunks + rank_ * chunk_bytes;
-                     SumInRankOrder(mine, mine, chunk_count, dtype);
-                     leads_.Release();
-                     return;
-                   }
-                   leads_.Exchange(lead, nullptr);
-                   leads_.Release();
-                   if (chunk_bytes > 0) RingReduceScatter(chunks, chunk_bytes, dtype);
-                 });
+  return Enqueue(
+      "reduce_scatter", moved, moved, [this, data, chunk_count, chunk_bytes, dtype, direct] {
+        const auto lead = Next(internal::CollectiveKind::kReduceScatter, chunk_count, dtype);
+        if (world_size_ == 1) return;
+        char* chunks = static_cast<char*>(data);
+        const size_t size = static_cast<size_t>(chunk_bytes);
+        if (direct) {
+          // Each peer gets the chunk it owns and sums the world's in rank order.
+          leads_.Exchange(lead, [&](int peer) {
+            return std::pair<const void*, size_t>(chunks + peer * chunk_bytes, size);
+          });
+          char* mine = chunks + rank_ * chunk_bytes;
+          SumInRankOrder(mine, mine, chunk_count, dtype);
+          leads_.Release();
+          return;
+        }
+        leads_.Exchange(lead, nullptr);
+        leads_.Release();
+        if (chunk_bytes > 0) {
+          RingReduceScatter(
+              chunks, internal::Chunks::Even(world_size_, chunk_count, DTypeBytes(dtype)), dtype);
+        }
+      });
 }
 
 std::unique_ptr<Work> GlooCommunicator::AllGather(void* data, int64_t chunk_count, DType dtype) {
   const int64_t chunk_bytes = chunk_count * DTypeBytes(dtype);
   const int64_t moved = (world_size_ - 1) * chunk_bytes;  // inline or ring alike
   const bool direct = leads_.CarriesInline(static_cast<size_t>(chunk_bytes));
-  return Enqueue("all_gather", moved, moved, direct,
-                 [this, data, chunk_count, chunk_bytes, dtype, direct] {
-                   const auto lead = Next(internal::CollectiveKind::kAllGather, chunk_count, dtype);
-                   if (world_size_ == 1) return;
-                   char* chunks = static_cast<char*>(data);
-                   const size_t size = static_cast<size_t>(chunk_bytes);
-                   if (direct) {
-                     leads_.Exchange(lead, [&](int) {
-                       return std::pair<const void*, size_t>(chunks + rank_ * chunk_bytes, size);
-                     });
-                     for (int peer : leads_.peers()) {
-                       if (size > 0)
-                         std::memcpy(chunks + peer * chunk_bytes, InlinePayload(peer, size), size);
-                     }
-                     leads_.Release();
-                     return;
-                   }
-                   leads_.Exchange(lead, nullptr);
-                   leads_.Release();
-                   if (chunk_bytes > 0) RingAllGather(chunks, chunk_bytes);
-                 });
+  return Enqueue("all_gather", moved, moved, [this, data, chunk_count, chunk_bytes, dtype, direct] {
+    const auto lead = Next(internal::CollectiveKind::kAllGather, chunk_count, dtype);
+    if (world_size_ == 1) return;
+    char* chunks = static_cast<char*>(data);
+    const size_t size = static_cast<size_t>(chunk_bytes);
+    if (direct) {
+      leads_.Exchange(lead, [&](int) {
+        return std::pair<const void*, size_t>(chunks + rank_ * chunk_bytes, size);
+      });
+      for (int peer : leads_.peers()) {
+        if (size > 0) std::memcpy(chunks + peer * chunk_bytes, InlinePayload(peer, size), size);
+      }
+      leads_.Release();
+      return;
+    }
+    leads_.Exchange(lead, nullptr);
+    leads_.Release();
+    if (chunk_bytes > 0) {
+      RingAllGather(chunks, internal::Chunks::Even(world_size_, chunk_count, DTypeBytes(dtype)));
+    }
+  });
 }
 
 std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DType dtype,
@@ -429,23 +452,29 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
   const int64_t bytes = count * DTypeBytes(dtype);
   const bool is_root = root == rank_;
   const bool direct = leads_.CarriesInline(static_cast<size_t>(bytes));
-  return Enqueue("broadcast", is_root ? (world_size_ - 1) * bytes : 0, is_root ? 0 : bytes, direct,
+  return Enqueue("broadcast", is_root ? (world_size_ - 1) * bytes : 0, is_root ? 0 : bytes,
                  [this, data, count, dtype, bytes, root, is_root, direct] {
                    const auto lead = Next(internal::CollectiveKind::kBroadcast, count, dtype, root);
                    if (world_size_ == 1) return;
                    const size_t size = static_cast<size_t>(bytes);
+                   // Only the root's lead matters to a rank that receives (exchange's only_from).
+                   const int only_from =
+                       is_root || root < 0 || root >= world_size_ ? -1 : static_cast<int>(root);
                    if (direct) {
-                     leads_.Exchange(lead, [&](int) {
-                       return is_root ? std::pair<const void*, size_t>(data, size)
-                                      : std::pair<const void*, size_t>(nullptr, 0);
-                     });
+                     leads_.Exchange(
+                         lead,
+                         [&](int) {
+                           return is_root ? std::pair<const void*, size_t>(data, size)
+                                          : std::pair<const void*, size_t>(nullptr, 0);
+                         },
+                         only_from);
                      if (!is_root && size > 0) {
                        std::memcpy(data, InlinePayload(static_cast<int>(root), size), size);
                      }
                      leads_.Release();
                      return;
                    }
-                   leads_.Exchange(lead, nullptr);
+                   leads_.Exchange(lead, nullptr, only_from);
                    leads_.Release();
                    if (bytes == 0) return;
                    gloo::BroadcastOptions opts(context_);
@@ -457,7 +486,7 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
 }
 
 std::unique_ptr<Work> GlooCommunicator::Barrier() {
-  return Enqueue("barrier", 0, 0, leads_.all_to_all(), [this] {
+  return Enqueue("barrier", 0, 0, [this] {
     const auto lead = Next(internal::CollectiveKind::kBarrier, 0, DType::kFloat32);
     if (world_size_ == 1) return;
     leads_.Exchange(lead, nullptr);

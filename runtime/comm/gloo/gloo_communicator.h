@@ -13,7 +13,7 @@
 // ring one 2 (world - 1) / world of them.
 //
 // Owns one thread that runs the collectives in call order (a Gloo context is not thread-safe); a
-// caller that waits for a small collective that is next in line runs it itself. The destructor
+// caller that waits for the collective next in line runs it itself. The destructor
 // aborts what is queued and joins the thread.
 //
 // Abort (and a collective that fails) closes every connection first: the collective in flight
@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/gloo/chunks.h"
 #include "runtime/comm/gloo/lead_exchange.h"
 #include "runtime/comm/store.h"
 #include "runtime/common/mutex.h"
@@ -44,6 +45,12 @@ struct GlooOptions {
   // Up to this world size leads go to every other rank and carry small collectives; above it
   // they go to the ring neighbours only (see lead_exchange.h).
   int64_t lead_all_to_all_max_world = 16;
+  // An all-reduce too large to go inline and at most this large runs as this communicator's ring
+  // reduce-scatter then all-gather; a larger one runs Gloo's ring all-reduce. Every rank must be
+  // given the same value (the leads check it). Off (0) by default: once callers ran collectives
+  // themselves, collective_bench no longer measured the split faster than Gloo's at any size
+  // (docs/ARCHITECTURE.md, "The order check rides in each collective's first message").
+  int64_t split_all_reduce_max_bytes = 0;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -66,14 +73,14 @@ class GlooCommunicator final : public Communicator {
   std::map<std::string, int64_t> BytesReceived() const override;
 
   struct Op;
-  // For this communicator's Works: runs a small `op` on the calling thread when it is next and
-  // no collective is running, and waits for it.
+  // For this communicator's Works: runs `op` on the calling thread when it is next and no
+  // collective is running, and waits for it.
   absl::Status RunOrWait(const std::shared_ptr<Op>& op, absl::Duration timeout);
 
  private:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, int64_t rank, int64_t world_size,
                    GlooOptions options);
-  std::unique_ptr<Work> Enqueue(std::string name, int64_t sent, int64_t received, bool small,
+  std::unique_ptr<Work> Enqueue(std::string name, int64_t sent, int64_t received,
                                 std::function<void()> body);
   void Loop();
   // Pops the first queued collective and runs it, with mu_ released meanwhile.
@@ -87,8 +94,10 @@ class GlooCommunicator final : public Communicator {
   const char* InlinePayload(int peer, size_t bytes);
   // out = the sum over ranks of their inline contributions (`mine` for this rank), in rank order.
   void SumInRankOrder(char* out, const char* mine, int64_t count, DType dtype);
-  void RingReduceScatter(char* data, int64_t chunk_bytes, DType dtype);
-  void RingAllGather(char* data, int64_t chunk_bytes);
+  // Rings over the world chunks of `data` (chunks.h): reduce-scatter leaves rank r's chunk holding
+  // the sum of every rank's, all-gather sends each rank's chunk to every other.
+  void RingReduceScatter(char* data, const internal::Chunks& chunks, DType dtype);
+  void RingAllGather(char* data, const internal::Chunks& chunks);
 
   std::shared_ptr<gloo::Context> context_;
   const int64_t rank_;

@@ -16,7 +16,7 @@ namespace {
 // counts up from 0 in an int), one per collective so a late lead can never match another's.
 constexpr uint64_t kLeadSlots = uint64_t{1} << 62;
 
-constexpr uint64_t kMagic = 0x316461654c646f72;  // "rodLead1", a lead of this wire version
+constexpr uint64_t kMagic = 0x326461654c646f72;  // "rodLead2", a lead of this wire version
 
 struct WireLead {
   uint64_t magic = kMagic;
@@ -26,12 +26,14 @@ struct WireLead {
   int64_t dtype = 0;
   int64_t root = 0;
   int64_t payload_bytes = 0;
-  int64_t all_to_all_max_world = 0;  // the sender's lead options, which every rank must share
+  int64_t all_to_all_max_world = 0;  // the sender's options, which every rank must share
+  int64_t split_all_reduce_max_bytes = 0;
 };
 
-WireLead ToWire(const CollectiveDescriptor& d, size_t payload_bytes, int64_t max_world) {
+WireLead ToWire(const CollectiveDescriptor& d, size_t payload_bytes, const LeadOptions& options) {
   WireLead w;
-  w.all_to_all_max_world = max_world;
+  w.all_to_all_max_world = options.all_to_all_max_world;
+  w.split_all_reduce_max_bytes = options.split_all_reduce_max_bytes;
   w.sequence = d.sequence;
   w.kind = static_cast<int64_t>(d.kind);
   w.count = d.count;
@@ -88,20 +90,24 @@ std::string Describe(const CollectiveDescriptor& d) {
 
 struct LeadExchange::Peer {
   int rank = 0;
-  std::vector<char> in;  // the lead received, then its inline data
-  std::vector<char> out;
-  std::unique_ptr<gloo::transport::UnboundBuffer> in_buffer;
-  std::unique_ptr<gloo::transport::UnboundBuffer> out_buffer;
+  // Two of each, by the parity of the collective's sequence: the receive of the next lead is
+  // posted, and the next lead sent, while a deferred one (a broadcast's, from a rank that is not
+  // its root) may still be in flight on the other.
+  std::vector<char> in[2];  // the lead received, then its inline data
+  std::vector<char> out[2];
+  std::unique_ptr<gloo::transport::UnboundBuffer> in_buffer[2];
+  std::unique_ptr<gloo::transport::UnboundBuffer> out_buffer[2];
+  int sends[2] = {0, 0};     // sends issued from `out` and not yet waited for
   size_t payload_bytes = 0;  // of the last lead received
-  int sends = 0;             // sends issued from `out` in the current exchange
+  bool deferred = false;     // the last exchange's lead from this peer is not checked yet
 };
 
 LeadExchange::LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank, int64_t world_size,
-                           int64_t all_to_all_max_world, std::chrono::milliseconds timeout)
+                           LeadOptions options, std::chrono::milliseconds timeout)
     : context_(std::move(context)),
       rank_(rank),
-      all_to_all_max_world_(all_to_all_max_world),
-      all_to_all_(world_size <= all_to_all_max_world),
+      options_(options),
+      all_to_all_(world_size <= options.all_to_all_max_world),
       timeout_(timeout) {
   if (world_size < 2) return;
   if (all_to_all_) {
@@ -120,10 +126,12 @@ LeadExchange::LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank,
   for (int peer : peers_) {
     auto p = std::make_unique<Peer>();
     p->rank = peer;
-    p->in.resize(capacity);
-    p->out.resize(capacity);
-    p->in_buffer = context_->createUnboundBuffer(p->in.data(), p->in.size());
-    p->out_buffer = context_->createUnboundBuffer(p->out.data(), p->out.size());
+    for (int i = 0; i < 2; ++i) {
+      p->in[i].resize(capacity);
+      p->out[i].resize(capacity);
+      p->in_buffer[i] = context_->createUnboundBuffer(p->in[i].data(), p->in[i].size());
+      p->out_buffer[i] = context_->createUnboundBuffer(p->out[i].data(), p->out[i].size());
+    }
     slots_.push_back(std::move(p));
   }
   PostReceives(1);  // so that even the first collective's leads go out at once
@@ -134,11 +142,61 @@ LeadExchange::LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank,
 LeadExchange::~LeadExchange() = default;
 
 void LeadExchange::PostReceives(int64_t sequence) {
-  for (auto& p : slots_) p->in_buffer->recv(p->rank, kLeadSlots + static_cast<uint64_t>(sequence));
+  for (auto& p : slots_) {
+    p->in_buffer[sequence & 1]->recv(p->rank, kLeadSlots + static_cast<uint64_t>(sequence));
+  }
   posted_sequence_ = sequence;
 }
 
-void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& payload) {
+void LeadExchange::WaitSends(Peer& p, int parity, const CollectiveDescriptor& of) {
+  for (; p.sends[parity] > 0; --p.sends[parity]) {
+    if (!p.out_buffer[parity]->waitSend(timeout_)) {
+      throw std::runtime_error(
+          absl::StrCat("the lead of ", Describe(of), " to rank ", p.rank, " was aborted"));
+    }
+  }
+}
+
+void LeadExchange::Check(Peer& p, const CollectiveDescriptor& mine) {
+  const int parity = static_cast<int>(mine.sequence & 1);
+  if (!p.in_buffer[parity]->waitRecv(timeout_)) {
+    throw std::runtime_error(
+        absl::StrCat("the lead of ", Describe(mine), " from rank ", p.rank, " was aborted"));
+  }
+  WireLead theirs;
+  std::memcpy(&theirs, p.in[parity].data(), sizeof(theirs));
+  if (theirs.magic != kMagic) {
+    throw std::runtime_error(
+        absl::StrCat("rank ", p.rank, " sent a lead of another zerod wire version"));
+  }
+  if (theirs.all_to_all_max_world != options_.all_to_all_max_world) {
+    throw std::runtime_error(
+        absl::StrCat("rank ", p.rank, " exchanges leads with every other rank up to worlds of ",
+                     theirs.all_to_all_max_world, " ranks, rank ", rank_, " up to ",
+                     options_.all_to_all_max_world,
+                     ": every rank must be given the same GlooOptions::lead_all_to_all_max_world"));
+  }
+  if (theirs.split_all_reduce_max_bytes != options_.split_all_reduce_max_bytes) {
+    throw std::runtime_error(absl::StrCat(
+        "rank ", p.rank, " splits all-reduces up to ", theirs.split_all_reduce_max_bytes,
+        " bytes, rank ", rank_, " up to ", options_.split_all_reduce_max_bytes,
+        ": every rank must be given the same GlooOptions::split_all_reduce_max_bytes"));
+  }
+  if (!SameCollective(theirs, ToWire(mine, 0, options_))) {
+    throw std::runtime_error(absl::StrCat("collective mismatch: rank ", rank_, " called ",
+                                          Describe(mine), ", rank ", p.rank, " called ",
+                                          DescribeWire(theirs)));
+  }
+  if (theirs.payload_bytes < 0 ||
+      static_cast<size_t>(theirs.payload_bytes) > p.in[parity].size() - sizeof(WireLead)) {
+    throw std::runtime_error(absl::StrCat("rank ", p.rank, " sent a lead claiming ",
+                                          theirs.payload_bytes, " bytes of data"));
+  }
+  p.payload_bytes = static_cast<size_t>(theirs.payload_bytes);
+}
+
+void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& payload,
+                            int only_from) {
   if (slots_.empty()) return;
   if (!broken_why_.empty()) {
     throw std::runtime_error(
@@ -146,7 +204,12 @@ void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& 
   }
   if (posted_sequence_ != mine.sequence) PostReceives(mine.sequence);
   const uint64_t slot = kLeadSlots + static_cast<uint64_t>(mine.sequence);
-  // A payload that goes to several peers is copied once and sent from the same buffer.
+  const int parity = static_cast<int>(mine.sequence & 1);
+  const auto awaited = [&](const Peer& p) {
+    return only_from < 0 || !all_to_all_ || p.rank == only_from;
+  };
+  // A payload that goes to several peers is copied once and sent from the same buffer (only
+  // to peers waited for now: a deferred peer's sends are waited for at the next exchange).
   Peer* last_sender = nullptr;
   std::pair<const void*, size_t> last_payload{nullptr, 0};
   for (auto& p : slots_) {
@@ -157,64 +220,50 @@ void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& 
                                           Describe(mine), ")"));
     }
     Peer* sender = p.get();
-    if (last_sender != nullptr && data == last_payload) {
+    if (last_sender != nullptr && data == last_payload && awaited(*p)) {
       sender = last_sender;
     } else {
-      const WireLead header = ToWire(mine, data.second, all_to_all_max_world_);
-      std::memcpy(sender->out.data(), &header, sizeof(header));
+      const WireLead header = ToWire(mine, data.second, options_);
+      std::memcpy(sender->out[parity].data(), &header, sizeof(header));
       if (data.second > 0) {
-        std::memcpy(sender->out.data() + sizeof(header), data.first, data.second);
+        std::memcpy(sender->out[parity].data() + sizeof(header), data.first, data.second);
       }
-      last_sender = sender;
-      last_payload = data;
-    }
-    sender->out_buffer->send(p->rank, slot, 0, sizeof(WireLead) + data.second);
-    ++sender->sends;
-  }
-  const WireLead expected = ToWire(mine, 0, all_to_all_max_world_);
-  for (auto& p : slots_) {
-    if (!p->in_buffer->waitRecv(timeout_)) {
-      throw std::runtime_error(
-          absl::StrCat("the lead of ", Describe(mine), " from rank ", p->rank, " was aborted"));
-    }
-    WireLead theirs;
-    std::memcpy(&theirs, p->in.data(), sizeof(theirs));
-    if (theirs.magic != kMagic) {
-      throw std::runtime_error(
-          absl::StrCat("rank ", p->rank, " sent a lead of another zerod wire version"));
-    }
-    if (theirs.all_to_all_max_world != all_to_all_max_world_) {
-      throw std::runtime_error(absl::StrCat(
-          "rank ", p->rank, " exchanges leads with every other rank up to worlds of ",
-          theirs.all_to_all_max_world, " ranks, rank ", rank_, " up to ", all_to_all_max_world_,
-          ": every rank must be given the same GlooOptions::lead_all_to_all_max_world"));
-    }
-    if (!SameCollective(theirs, expected)) {
-      throw std::runtime_error(absl::StrCat("collective mismatch: rank ", rank_, " called ",
-                                            Describe(mine), ", rank ", p->rank, " called ",
-                                            DescribeWire(theirs)));
-    }
-    if (theirs.payload_bytes < 0 ||
-        static_cast<size_t>(theirs.payload_bytes) > p->in.size() - sizeof(WireLead)) {
-      throw std::runtime_error(absl::StrCat("rank ", p->rank, " sent a lead claiming ",
-                                            theirs.payload_bytes, " bytes of data"));
-    }
-    p->payload_bytes = static_cast<size_t>(theirs.payload_bytes);
-  }
-  // Every peer had posted its receive before it sent its lead, so these complete at once.
-  for (auto& p : slots_) {
-    for (; p->sends > 0; --p->sends) {
-      if (!p->out_buffer->waitSend(timeout_)) {
-        throw std::runtime_error(
-            absl::StrCat("the lead of ", Describe(mine), " to rank ", p->rank, " was aborted"));
+      if (awaited(*p)) {
+        last_sender = sender;
+        last_payload = data;
       }
     }
+    sender->out_buffer[parity]->send(p->rank, slot, 0, sizeof(WireLead) + data.second);
+    ++sender->sends[parity];
+  }
+  // The leads the last exchange did not wait for were sent as that collective started, so they
+  // are here by now or nearly; checked before any data of this collective moves.
+  for (auto& p : slots_) {
+    if (!p->deferred) continue;
+    p->deferred = false;
+    Check(*p, deferred_of_);
+    WaitSends(*p, parity ^ 1, deferred_of_);
+  }
+  for (auto& p : slots_) {
+    if (awaited(*p)) {
+      Check(*p, mine);
+    } else {
+      p->deferred = true;
+    }
+  }
+  deferred_of_ = mine;
+  // Every peer waited for had posted its receive before it sent its lead, so these complete at
+  // once.
+  for (auto& p : slots_) {
+    if (!p->deferred) WaitSends(*p, parity, mine);
   }
 }
 
 std::pair<char*, size_t> LeadExchange::Payload(int peer) {
   for (auto& p : slots_) {
-    if (p->rank == peer) return {p->in.data() + sizeof(WireLead), p->payload_bytes};
+    if (p->rank == peer) {
+      return {p->in[posted_sequence_ & 1].data() + sizeof(WireLead), p->payload_bytes};
+    }
   }
   throw std::logic_error(absl::StrCat("rank ", peer, " is not a lead peer of rank ", rank_));
 }

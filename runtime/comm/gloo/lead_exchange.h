@@ -18,7 +18,7 @@
 //
 // Used by whichever thread runs the communicator's collectives (its collective thread, or a
 // caller running a small one), one at a time. Every rank of a group must be given the same
-// all_to_all_max_world (a rank that is not is named at the first collective), and kMaxInlineBytes
+// LeadOptions (a rank that is not is named at the first collective), and kMaxInlineBytes
 // is part of the wire version (kMagic): changing it means a new magic.
 
 #include <chrono>
@@ -61,13 +61,20 @@ struct CollectiveDescriptor {
 std::string Describe(const CollectiveDescriptor& d);
 const char* KindName(CollectiveKind kind);
 
+// Options every rank of a group must share; each lead carries the sender's, and a rank given
+// others is named at the first collective.
+struct LeadOptions {
+  int64_t all_to_all_max_world = 16;
+  int64_t split_all_reduce_max_bytes = 0;  // GlooOptions' (LeadExchange only checks it)
+};
+
 class LeadExchange {
  public:
   // The most data a lead carries to one peer.
   static constexpr size_t kMaxInlineBytes = size_t{64} << 10;
 
   LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank, int64_t world_size,
-               int64_t all_to_all_max_world, std::chrono::milliseconds timeout);
+               LeadOptions options, std::chrono::milliseconds timeout);
   ~LeadExchange();
   LeadExchange(const LeadExchange&) = delete;
   LeadExchange& operator=(const LeadExchange&) = delete;
@@ -88,7 +95,13 @@ class LeadExchange {
   // the same collective; throws std::runtime_error naming both ranks and both collectives if not,
   // or if the transport fails or the timeout passes. Afterwards Payload(peer) holds what `peer`
   // sent inline, until Release().
-  void Exchange(const CollectiveDescriptor& mine, const PayloadFor& payload);
+  //
+  // With `only_from` (a peer, all-to-all leads only) just that peer's lead is waited for; the
+  // others are checked at the start of the next exchange. A broadcast's non-root ranks pass the
+  // root: they need nothing from each other, and waiting for each other's leads made every
+  // broadcast a barrier. A mismatch is still named at once by some rank (the root, which waits for
+  // every lead, or a rank whose root disagrees with it) and closes every connection.
+  void Exchange(const CollectiveDescriptor& mine, const PayloadFor& payload, int only_from = -1);
   // The data `peer` sent inline with its lead in the last Exchange, and its size.
   std::pair<char*, size_t> Payload(int peer);
   // The last Exchange's payloads are no longer needed: posts the receives of the next
@@ -98,15 +111,20 @@ class LeadExchange {
  private:
   struct Peer;
   void PostReceives(int64_t sequence);
+  // Waits for `p`'s lead of `mine` and checks it (throws as Exchange does).
+  void Check(Peer& p, const CollectiveDescriptor& mine);
+  // Waits for the sends to `p` from its buffer of `parity`.
+  void WaitSends(Peer& p, int parity, const CollectiveDescriptor& of);
 
   std::shared_ptr<gloo::Context> context_;
   const int64_t rank_;
-  const int64_t all_to_all_max_world_;
+  const LeadOptions options_;
   const bool all_to_all_;
   const std::chrono::milliseconds timeout_;
   std::vector<int> peers_;
   std::vector<std::unique_ptr<Peer>> slots_;  // one per peer, in peers_ order
   int64_t posted_sequence_ = 0;               // the leads whose receives are posted
+  CollectiveDescriptor deferred_of_;          // the last exchange's, for the leads it deferred
   // Posting the receives after collective #broken_after_ failed: the next Exchange throws this.
   int64_t broken_after_ = 0;
   std::string broken_why_;

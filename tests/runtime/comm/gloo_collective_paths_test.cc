@@ -1,8 +1,10 @@
 // Every Gloo collective on each of its paths: inline in the leads (small, all-to-all leads),
-// after a header-only lead (large), and with leads to the ring neighbours only (large worlds,
-// forced here with lead_all_to_all_max_world = 1), checked against results computed here; and
-// the order check between collectives that take different paths.
+// after a header-only lead (large: all-reduce split into our reduce-scatter and all-gather rings,
+// or Gloo's own), and with leads to the ring neighbours only (large worlds, forced here with
+// lead_all_to_all_max_world = 1), checked against results computed here; and the order check
+// between collectives that take different paths.
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -21,27 +23,40 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kInlineFloats = internal::LeadExchange::kMaxInlineBytes / 4;
 
+const int64_t kGlooAllReduce = GlooOptions{}.split_all_reduce_max_bytes;  // the default
+constexpr int64_t kSplitAllReduce = int64_t{1} << 30;
+
 struct Path {
   const char* name;
   int64_t elements;  // per chunk (reduce-scatter, all-gather) or per buffer
   int64_t all_to_all_max_world;
+  int64_t split_all_reduce_max_bytes;
 };
 
 // Small enough to travel inline, one element over, and large; each with all-to-all leads and with
-// neighbour leads.
+// neighbour leads; large all-reduces split into our rings (counts that no world divides, so the
+// last chunks are short) and through Gloo's.
 const Path kPaths[] = {
-    {"inline", 37, 16},
-    {"inline, largest", kInlineFloats, 16},
-    {"ring, smallest", kInlineFloats + 1, 16},
-    {"neighbour leads", 37, 1},
-    {"neighbour leads, large", 3 * kInlineFloats + 5, 1},
+    {"inline", 37, 16, kGlooAllReduce},
+    {"inline, largest", kInlineFloats, 16, kGlooAllReduce},
+    {"ring, smallest", kInlineFloats + 1, 16, kGlooAllReduce},
+    {"ring, smallest, split all-reduce", kInlineFloats + 1, 16, kSplitAllReduce},
+    {"ring, uneven chunks, split all-reduce", 5 * kInlineFloats + 7, 16, kSplitAllReduce},
+    {"neighbour leads", 37, 1, kGlooAllReduce},
+    {"neighbour leads, large", 3 * kInlineFloats + 5, 1, kGlooAllReduce},
+    {"neighbour leads, large, split all-reduce", 3 * kInlineFloats + 5, 1, kSplitAllReduce},
 };
 
 GlooOptions OptionsFor(const Path& p) {
   GlooOptions o;
   o.lead_all_to_all_max_world = p.all_to_all_max_world;
+  o.split_all_reduce_max_bytes = p.split_all_reduce_max_bytes;
   return o;
 }
+
+// Small integers: every order of summation gives the exact sum, so each rank's result can be
+// compared bit for bit with the unsharded one.
+float WholeValue(int64_t rank, int64_t i) { return static_cast<float>((rank * 7 + i) % 13) - 6; }
 
 float Value(int64_t rank, int64_t i) {
   return static_cast<float>((rank + 1) * 0.37 + std::sin(static_cast<double>(i)));
@@ -82,6 +97,84 @@ TEST(GlooCollectivePaths, AllReduceGivesEveryRankTheSameSum) {
         }
       }
     }
+  }
+}
+
+TEST(GlooCollectivePaths, AllReduceOnEveryPathEqualsTheUnshardedSumInEveryDtype) {
+  for (const Path& p : kPaths) {
+    for (int64_t world : {2, 3, 4}) {
+      SCOPED_TRACE(testing::Message() << p.name << ", world " << world);
+      const int64_t n = p.elements;
+      std::vector<float> want(static_cast<size_t>(n), 0.0f);
+      for (int64_t q = 0; q < world; ++q) {
+        for (int64_t i = 0; i < n; ++i) want[i] += WholeValue(q, i);
+      }
+      OnRanks(
+          world,
+          [&](int64_t r, Communicator& c) {
+            std::vector<float> fp32(static_cast<size_t>(n));
+            std::vector<uint16_t> bf16(static_cast<size_t>(n)), fp16(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) {
+              fp32[i] = WholeValue(r, i);
+              bf16[i] = FloatToBf16(fp32[i]);
+              fp16[i] = FloatToFp16(fp32[i]);
+            }
+            ASSERT_TRUE(c.AllReduce(fp32.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+            ASSERT_TRUE(
+                c.AllReduce(bf16.data(), n, DType::kBFloat16)->Wait(absl::Seconds(30)).ok());
+            ASSERT_TRUE(c.AllReduce(fp16.data(), n, DType::kFloat16)->Wait(absl::Seconds(30)).ok());
+            for (int64_t i = 0; i < n; ++i) {
+              ASSERT_EQ(fp32[i], want[i]) << "rank " << r << " element " << i;
+              ASSERT_EQ(bf16[i], FloatToBf16(want[i])) << "rank " << r << " element " << i;
+              ASSERT_EQ(fp16[i], FloatToFp16(want[i])) << "rank " << r << " element " << i;
+            }
+          },
+          absl::Seconds(30), -1, OptionsFor(p));
+    }
+  }
+}
+
+TEST(GlooCollectivePaths, ASplitAllReduceCountsTheChunksItSends) {
+  // 10 elements per rank's chunk but the last (world 3, 29 elements: chunks of 10, 10, 9).
+  GlooOptions split;
+  split.lead_all_to_all_max_world = 1;  // never inline, however small
+  split.split_all_reduce_max_bytes = kSplitAllReduce;
+  OnRanks(
+      3,
+      [&](int64_t r, Communicator& c) {
+        std::vector<float> data(29, 1.0f);
+        ASSERT_TRUE(c.AllReduce(data.data(), 29, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        for (float x : data) ASSERT_EQ(x, 3.0f);
+        // Every chunk but its own in the reduce-scatter, every one but its successor's in the
+        // all-gather; received: every one but its predecessor's, then every one but its own.
+        const int64_t chunk[3] = {40, 40, 36};
+        EXPECT_EQ(c.BytesSent()["all_reduce"], 2 * 116 - chunk[r] - chunk[(r + 1) % 3]);
+        EXPECT_EQ(c.BytesReceived()["all_reduce"], 2 * 116 - chunk[(r + 2) % 3] - chunk[r]);
+      },
+      absl::Seconds(30), -1, split);
+}
+
+TEST(GlooCollectivePaths, RanksGivenDifferentAllReduceSplitsAreNamedNotAborted) {
+  auto store = std::make_shared<PrefixStore>("split", std::make_shared<InMemoryStore>());
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions options;
+      options.timeout = absl::Seconds(20);
+      options.split_all_reduce_max_bytes = r == 0 ? kSplitAllReduce : kGlooAllReduce;
+      auto comm = GlooCommunicator::Create(store, r, 2, options);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      std::vector<float> data(2 * kInlineFloats, 1.0f);
+      status[static_cast<size_t>(r)] =
+          (*comm)
+              ->AllReduce(data.data(), 2 * kInlineFloats, DType::kFloat32)
+              ->Wait(absl::Seconds(20));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : status) {
+    EXPECT_THAT(std::string(s.message()), HasSubstr("split_all_reduce_max_bytes")) << s;
   }
 }
 
@@ -187,6 +280,59 @@ TEST(GlooCollectivePaths, WithNeighbourLeadsAMismatchFailsEveryRank) {
               HasSubstr("rank 2 called #1 all_reduce(fp32 x 10)"));
 }
 
+// A broadcast's receivers wait for the root, not for each other: rank 2 starts its broadcast
+// only once rank 1's has completed (with leads waited for from every rank, a deadlock until the
+// timeout). Inline only: a larger broadcast's data follows once the root has every lead.
+TEST(GlooCollectivePaths, ABroadcastReceiverDoesNotWaitForTheOtherReceivers) {
+  Notification rank1_done;
+  OnRanks(3, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(16, static_cast<float>(r));
+    // Rank 1 gives up first, if it must: then rank 2 starts and the others' collectives end.
+    if (r == 2) rank1_done.WaitForNotificationWithTimeout(absl::Seconds(40));
+    const absl::Status s =
+        c.Broadcast(data.data(), 16, DType::kFloat32, 0)->Wait(absl::Seconds(20));
+    if (r == 1) rank1_done.Notify();
+    ASSERT_TRUE(s.ok()) << "rank " << r << ": " << s;
+    for (float x : data) ASSERT_EQ(x, 0.0f);
+    // The lead rank 2 sent rank 1 is checked by the next collective; then all still agree.
+    ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
+  });
+}
+
+// Rank 2 disagrees with rank 1, another receiver, and not only with the root: the root (which
+// waits for every lead) and rank 2 name it, and rank 1 fails no later than its next collective.
+TEST(GlooCollectivePaths, AMismatchBetweenTwoBroadcastReceiversFailsEveryRank) {
+  std::vector<absl::Status> status(3);
+  OnRanks(3, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(16, 1.0f);
+    absl::Status s =
+        c.Broadcast(data.data(), r == 2 ? 12 : 16, DType::kFloat32, 0)->Wait(absl::Seconds(20));
+    if (s.ok()) s = c.Barrier()->Wait(absl::Seconds(20));
+    status[static_cast<size_t>(r)] = s;
+  });
+  for (int64_t r = 0; r < 3; ++r) EXPECT_FALSE(status[r].ok()) << "rank " << r;
+  EXPECT_THAT(std::string(status[0].message()),
+              HasSubstr("rank 2 called #1 broadcast(fp32 x 12) from rank 0"));
+  EXPECT_THAT(std::string(status[2].message()),
+              HasSubstr("rank 0 called #1 broadcast(fp32 x 16) from rank 0"));
+}
+
+// Ranks that disagree on the root, none of them the root in the eyes of the rank it waits for:
+// still named at once (rank 0 thinks itself the root and waits for everyone).
+TEST(GlooCollectivePaths, BroadcastReceiversThatDisagreeOnTheRootAreNamed) {
+  std::vector<absl::Status> status(3);
+  OnRanks(3, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(16, 1.0f);
+    const int64_t root = r == 0 ? 0 : r == 1 ? 2 : 0;  // rank 1 waits for rank 2, which waits for 0
+    absl::Status s = c.Broadcast(data.data(), 16, DType::kFloat32, root)->Wait(absl::Seconds(20));
+    if (s.ok()) s = c.Barrier()->Wait(absl::Seconds(20));
+    status[static_cast<size_t>(r)] = s;
+  });
+  for (int64_t r = 0; r < 3; ++r) EXPECT_FALSE(status[r].ok()) << "rank " << r;
+  EXPECT_THAT(std::string(status[0].message()),
+              HasSubstr("rank 1 called #1 broadcast(fp32 x 16) from rank 2"));
+}
+
 TEST(GlooCollectivePaths, ManySmallCollectivesInARowStayInStep) {
   // Each collective's leads are received into buffers posted when the previous one let go of
   // them; a thousand in a row, mixed kinds, check that none is matched with another's.
@@ -205,6 +351,38 @@ TEST(GlooCollectivePaths, ManySmallCollectivesInARowStayInStep) {
       }
     }
   });
+}
+
+TEST(GlooCollectivePaths, BroadcastsFromEveryRootInARowStayInStep) {
+  // A receiver checks the other receivers' leads one collective late, on the second of its two
+  // lead buffers: runs of broadcasts, small and large, from changing roots, between the other
+  // kinds.
+  for (int64_t world : {3, 4}) {
+    SCOPED_TRACE(testing::Message() << "world " << world);
+    OnRanks(world, [&](int64_t r, Communicator& c) {
+      std::vector<float> large(static_cast<size_t>(kInlineFloats + 3));
+      for (int64_t k = 0; k < 300; ++k) {
+        const int64_t root = (k / 2) % world;
+        if (k % 7 == 6) {
+          float x = static_cast<float>(r);
+          ASSERT_TRUE(c.AllReduce(&x, 1, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+          ASSERT_EQ(x, static_cast<float>(world * (world - 1) / 2));
+        } else if (k % 5 == 4) {
+          std::fill(large.begin(), large.end(), static_cast<float>(r * 1000 + k));
+          ASSERT_TRUE(
+              c.Broadcast(large.data(), static_cast<int64_t>(large.size()), DType::kFloat32, root)
+                  ->Wait(absl::Seconds(30))
+                  .ok());
+          for (float x : large) ASSERT_EQ(x, static_cast<float>(root * 1000 + k));
+        } else {
+          float x[2] = {static_cast<float>(r), static_cast<float>(k)};
+          ASSERT_TRUE(c.Broadcast(x, 2, DType::kFloat32, root)->Wait(absl::Seconds(30)).ok());
+          ASSERT_EQ(x[0], static_cast<float>(root));
+          ASSERT_EQ(x[1], static_cast<float>(k));
+        }
+      }
+    });
+  }
 }
 
 // Ranks given different lead options must not abort the process (a lead with data arriving at a
@@ -258,6 +436,39 @@ TEST(GlooCollectivePaths, ACallerRunningASmallCollectiveGetsMismatchesAndAborts)
     });
     const absl::Status s = work->Wait(absl::InfiniteDuration());  // runs it here
     aborter.join();
+    EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 was lost (test)"));
+  });
+}
+
+// A collective too large to go inline is run by a caller that waits for it at once too: a
+// mismatch and an abort reach it there.
+TEST(GlooCollectivePaths, ACallerRunningALargeCollectiveGetsMismatchesAndAborts) {
+  const int64_t n = 4 * kInlineFloats;
+  OnRanks(2, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(static_cast<size_t>(n), 1.0f);
+    const absl::Status s = c.AllReduce(data.data(), r == 0 ? n : n - 1, DType::kFloat32)
+                               ->Wait(absl::InfiniteDuration());
+    EXPECT_THAT(std::string(s.message()), HasSubstr("collective mismatch"));
+  });
+  Notification started;
+  OnRanks(2, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(static_cast<size_t>(n), 1.0f);
+    if (r == 1) {
+      // Silent: rank 0's reduce-scatter cannot complete.
+      started.WaitForNotification();
+      absl::SleepFor(absl::Milliseconds(200));
+      c.Abort(absl::AbortedError("the peer's test is over"));
+      return;
+    }
+    auto work = c.ReduceScatter(data.data(), n / 2, DType::kFloat32);
+    std::thread aborter([&] {
+      started.Notify();
+      absl::SleepFor(absl::Milliseconds(100));
+      c.Abort(absl::CancelledError("rank 1 was lost (test)"));
+    });
+    const absl::Status s = work->Wait(absl::InfiniteDuration());  // runs it here
+    aborter.join();
+    EXPECT_FALSE(s.ok());
     EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 was lost (test)"));
   });
 }
