@@ -10,7 +10,7 @@
 // machine, caches, the client's own channels): with both daemons --no-auth, always measuring A
 // first gave A x1.79 the join+plan time of B, which is no cost of anything.
 //
-//   build/bin/coordinator_load --endpoint E --job J --ranks N --seconds S [--stay]
+//   build/bin/coordinator_load --endpoint E[,E2,...] --job J --ranks N --seconds S [--stay]
 //       [--channels 8] [--daemon-pid P] [--peer-seconds 3] [--token T]
 //       [--baseline-endpoint E2 [--rounds 4]]
 //
@@ -35,6 +35,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"  // SetMutexDeadlockDetectionMode, for gRPC's mutexes
 #include "absl/time/clock.h"
 #include "proto/auth_metadata.h"
@@ -120,9 +121,13 @@ int64_t FindDaemon() {
   return found > 0 ? found : 0;
 }
 
-std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& endpoint, int64_t n) {
+// `n` channels; with several endpoints ("E1,E2,E3": the members of a cluster, one per node),
+// channel i goes to endpoint i mod their number, so the simulated ranks are spread over the nodes.
+std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& endpoints, int64_t n) {
+  const std::vector<std::string> each = absl::StrSplit(endpoints, ',');
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int64_t i = 0; i < n; ++i) {
+    const std::string& endpoint = each[static_cast<size_t>(i) % each.size()];
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per channel
     args.SetInt("zerod.load.channel", static_cast<int>(i));
@@ -354,7 +359,10 @@ LoadResult RunLoad(const Flags& f, const std::vector<std::unique_ptr<v1::Coordin
 int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"coordinator_load: simulated ranks against a zerod daemon"};
-  app.add_option("--endpoint", f.endpoint, "zerod endpoint")->required();
+  app.add_option("--endpoint", f.endpoint,
+                 "zerod endpoint, or several separated by commas (a cluster's members: the ranks "
+                 "are spread over them)")
+      ->required();
   app.add_option("--job", f.job, "Job id")->capture_default_str();
   app.add_option("--ranks", f.ranks, "Simulated ranks")->capture_default_str();
   app.add_option("--seconds", f.seconds, "Heartbeat phase length")->capture_default_str();

@@ -14,6 +14,13 @@ inline constexpr char kJobTokenMetadata[] = "zerod-job-token";
 inline constexpr char kAdminTokenMetadata[] = "zerod-admin-token";
 // The daemon's viewer token (DATA_DIR/viewer.token): may use the read-only views over TCP.
 inline constexpr char kViewerTokenMetadata[] = "zerod-viewer-token";
+// Added by a follower zerod to every call it forwards to its cluster's leader
+// (server/cluster/member.h): the cluster's secret, which only members read from etcd, and how the
+// caller reached the follower ("unix": through its socket, whose mode and group admitted it, as
+// if it had come through the leader's own socket; "tcp": credentials decide, as on the leader's
+// port). A follower drops these keys from what its callers send.
+inline constexpr char kClusterSecretMetadata[] = "zerod-cluster-secret";
+inline constexpr char kForwardedViaMetadata[] = "zerod-forwarded-via";
 
 }  // namespace zerod::rpc
 

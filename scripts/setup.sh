@@ -42,7 +42,31 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# etcd's .proto files (for server/state/etcd_kv_store) come from golang-etcd-server-dev, extracted
+# into .deps/etcd/ (git-ignored) rather than installed: installing it pulls in 137 Go packages.
+# The build generates C++ from them (proto/etcd/CMakeLists.txt).
+fetch_etcd_protos() {
+  local root
+  root="$(cd "$(dirname "$0")/.." && pwd)/.deps/etcd"
+  [ -f "$root/usr/share/gocode/src/go.etcd.io/etcd/etcdserver/etcdserverpb/rpc.proto" ] && return 0
+  local tmp
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download -qq golang-etcd-server-dev >/dev/null 2>&1); then
+    $SUDO apt-get update -qq
+    (cd "$tmp" && apt-get download -qq golang-etcd-server-dev) || {
+      echo "setup: could not download golang-etcd-server-dev (etcd's .proto files)" >&2; exit 1; }
+  fi
+  mkdir -p "$root"
+  dpkg-deb -x "$tmp"/golang-etcd-server-dev_*.deb "$root"
+  rm -rf "$tmp"
+  echo "setup: etcd's .proto files in $root"
+}
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
+
 if [ ${#missing[@]} -eq 0 ]; then
+  fetch_etcd_protos
   echo "setup: all ${#PACKAGES[@]} packages present"
   exit 0
 fi
@@ -88,4 +112,5 @@ fi
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
   $SUDO systemctl stop etcd || true
 fi
+fetch_etcd_protos
 echo "setup: done"

@@ -218,6 +218,38 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
   return reactor;
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::NodeHeartbeat(grpc::CallbackServerContext* context,
+                                                            const v1::NodeHeartbeatRequest* request,
+                                                            v1::NodeHeartbeatResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = auth::AuthorizeClusterMember(tokens_, *context); !s.ok()) {
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
+  for (const v1::NodeHeartbeatEntry& entry : request->entries()) {
+    const v1::HeartbeatRequest& heartbeat = entry.heartbeat();
+    v1::NodeHeartbeatResult* result = response->add_results();
+    absl::Status s = tokens_ == nullptr
+                         ? absl::OkStatus()
+                         : tokens_->Check(heartbeat.job_id(), auth::Credentials{entry.job_token()},
+                                          "heartbeat as its ranks");
+    if (s.ok()) {
+      const absl::Time start = absl::Now();
+      auto answer = registry_->Heartbeat(heartbeat);
+      metrics::Metrics().heartbeat_seconds.WithLabels({})->Observe(absl::Now() - start);
+      if (answer.ok()) {
+        metrics::Metrics().heartbeats.WithLabels({heartbeat.job_id()})->Increment();
+        *result->mutable_response() = *std::move(answer);
+      }
+      s = answer.status();
+    }
+    result->set_code(static_cast<int32_t>(s.code()));
+    result->set_message(std::string(s.message()));
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::Watch(
     grpc::CallbackServerContext* context, const v1::WatchRequest* request) {
   return new WatchStream(registry_, request->job_id(),

@@ -28,6 +28,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* NodeHeartbeat(grpc::CallbackServerContext* context,
+                                          const v1::NodeHeartbeatRequest* request,
+                                          v1::NodeHeartbeatResponse* response) override;
   grpc::ServerWriteReactor<v1::JobEvent>* Watch(grpc::CallbackServerContext* context,
                                                 const v1::WatchRequest* request) override;
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,

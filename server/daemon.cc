@@ -5,6 +5,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,7 +26,7 @@
 #include "server/metrics/call_metrics.h"
 #include "server/metrics/job_metrics.h"
 #include "server/metrics/text_format.h"
-#include "server/state/state_dir.h"
+#include "server/state/state_store.h"
 #include "server/status/access_gate.h"
 #include "server/status/history_sampler.h"
 #include "server/status/status_routes.h"
@@ -42,7 +43,8 @@ StoreLimits StoreLimitsOf(const DaemonOptions& options) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options,
+                                                      std::unique_ptr<EtcdClaim> claim) {
   auto log = Logger("coordinator");
   if (options.socket_path.empty() && options.listen_address.empty()) {
     return absl::InvalidArgumentError("nothing to listen on: give --socket or --listen");
@@ -74,21 +76,28 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   }
   std::unique_ptr<Daemon> d(new Daemon());
   d->options_ = options;
-  // Claimed before the state is opened and held for the daemon's life: one zerod per data dir and
-  // per socket path.
-  auto data_lock = ClaimDataDir(options.data_dir);
-  if (!data_lock.ok()) return data_lock.status();
-  d->data_lock_.emplace(*std::move(data_lock));
-  if (!options.socket_path.empty()) {
+  // Claimed before the state is opened and held for the daemon's life (or by the caller, for
+  // longer): one zerod per data dir and per socket path.
+  if (options.claim_paths) {
+    auto data_lock = ClaimDataDir(options.data_dir);
+    if (!data_lock.ok()) return data_lock.status();
+    d->data_lock_.emplace(*std::move(data_lock));
+  }
+  if (options.claim_paths && !options.socket_path.empty()) {
     auto socket_lock = ClaimSocketPath(options.socket_path);
     if (!socket_lock.ok()) return socket_lock.status();
     d->socket_lock_.emplace(*std::move(socket_lock));
   }
-  const std::string db = StateDatabasePath(options.data_dir);
-  auto kv =
-      OpenStateDir(options.data_dir, StateDirOptions{options.durability, options.reset_state});
-  if (!kv.ok()) return kv.status();
-  d->kv_ = *std::move(kv);
+  StateStoreOptions state{.store = options.store,
+                          .data_dir = options.data_dir,
+                          .durability = options.durability,
+                          .reset_state = options.reset_state};
+  auto opened = OpenStateStore(state, std::move(claim));
+  if (!opened.ok()) return opened.status();
+  d->claim_ = std::move(opened->claim);
+  d->kv_ = std::move(opened->kv);
+  d->state_where_ = opened->where;
+  const std::string& db = d->state_where_;
   d->clock_ = std::make_unique<RealClock>();
   d->registry_ =
       std::make_unique<JobRegistry>(d->kv_.get(), d->clock_.get(),
@@ -103,7 +112,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
                                        : options.admin_token_file;
     auto admin = auth::LoadOrCreateAdminToken(admin_file);
     if (!admin.ok()) return admin.status();
-    auth::ViewPolicy views{.open = options.open_inspection};
+    auth::ViewPolicy views{.open = options.open_inspection,
+                           .cluster_secret = options.cluster_secret};
     const std::string viewer_file = options.viewer_token_file.empty()
                                         ? options.data_dir + "/viewer.token"
                                         : options.viewer_token_file;
@@ -296,6 +306,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   // Commits still queued run their callbacks against the registry: drain the store first.
   store_.reset();
   kv_.reset();
+  claim_.reset();
   registry_.reset();
   log->info("state flushed and closed; drained in {}", absl::FormatDuration(absl::Now() - start));
 }

@@ -22,6 +22,8 @@
 #include "server/instance_lock.h"
 #include "server/job_registry.h"
 #include "server/job_store.h"
+#include "server/state/etcd_claim.h"
+#include "server/state/kv_store.h"
 #include "server/state/sqlite_kv_store.h"
 
 namespace grpc {
@@ -52,6 +54,13 @@ struct DaemonOptions {
   std::string socket_path;     // empty: no Unix socket
   std::string listen_address;  // empty: no TCP; port 0 picks a free port
   std::string data_dir = "/var/lib/zerod";
+  // Where the state lives (--store): "sqlite" (DATA_DIR/zerod.db) or "etcd://host:port,.../prefix".
+  std::string store = "sqlite";
+  // Whether Start takes the data dir's and the socket's locks; false when the caller holds them
+  // for longer than this daemon (a cluster member, which changes roles on the same paths).
+  bool claim_paths = true;
+  // The cluster's secret (server/cluster/member.h): calls forwarded by a follower carry it.
+  std::string cluster_secret;
   absl::Duration lease_ttl = absl::Seconds(10);
   absl::Duration restart_grace = absl::Seconds(10);
   Durability durability = Durability::kFull;
@@ -92,7 +101,10 @@ struct DaemonOptions {
 
 class Daemon {
  public:
-  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options);
+  // `claim`: with --store etcd, the etcd claim on the state, which the caller (a cluster member
+  // elected leader, server/cluster/member.h) holds; the daemon releases it after its state closed.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options,
+                                                       std::unique_ptr<EtcdClaim> claim = nullptr);
   ~Daemon();
 
   // The TCP port bound (when listening on TCP).
@@ -111,6 +123,9 @@ class Daemon {
   absl::Status ProbeLoops(absl::Duration timeout);
   // One line for the service manager's STATUS=: jobs open, and where the daemon listens.
   std::string StatusLine() const;
+  // The etcd claim on the state (--store etcd), else null: a cluster leader rewrites its value
+  // once its TCP port is bound.
+  EtcdClaim* claim() const { return claim_.get(); }
 
  private:
   Daemon() = default;
@@ -125,7 +140,10 @@ class Daemon {
   std::unique_ptr<RealClock> clock_;
   // Before kv_, so destroyed after it: the commits kv_ drains call back into it.
   std::unique_ptr<CheckpointRecords> checkpoints_;
-  std::unique_ptr<SqliteKvStore> kv_;
+  // etcd's claim on the state (--store etcd://...): released after kv_ has closed.
+  std::unique_ptr<EtcdClaim> claim_;
+  std::unique_ptr<KvStore> kv_;
+  std::string state_where_;  // the state's place, for messages
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<auth::JobTokens> tokens_;
   std::unique_ptr<CoordinatorService> coordinator_;

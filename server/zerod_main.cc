@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "runtime/common/units.h"
 #include "server/auth/transport_security.h"
+#include "server/cluster/member.h"
 #include "server/daemon.h"
 #include "server/http/http_server.h"
 #include "server/logging.h"
@@ -20,6 +21,7 @@
 #include "server/service/health_listener.h"
 #include "server/service/liveness_watchdog.h"
 #include "server/service/systemd_notify.h"
+#include "server/state/state_store.h"
 
 namespace {
 
@@ -49,6 +51,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--data-dir", options.data_dir, "State directory (SQLite file zerod.db)")
       ->capture_default_str();
+  app.add_option("--store", options.store,
+                 "Where the state lives: sqlite (DATA_DIR/zerod.db) or "
+                 "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (one zerod per prefix)")
+      ->capture_default_str();
+  zerod::server::cluster::ClusterOptions cluster_options;
+  app.add_option("--node", cluster_options.node,
+                 "This node's name in an etcd cluster (default: the host name)");
+  app.add_option("--advertise", cluster_options.advertise,
+                 "HOST:PORT the other members of an etcd cluster reach this one at (default: the "
+                 "bound --listen address, the host name for 0.0.0.0)");
   app.add_option("--lease-ttl", lease_ttl, "A rank without heartbeat this long is lost")
       ->capture_default_str();
   app.add_option("--restart-grace", restart_grace, "Extra lease time after a restart")
@@ -169,6 +181,9 @@ int main(int argc, char** argv) {
     return UsageError("--restart-grace: expected a duration up to 24h like 10s, got '" +
                       restart_grace.substr(0, 64) + "'");
   }
+  if (absl::Status s = zerod::server::CheckStoreFlag(options.store); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
   if (sync == "full") {
     options.durability = Durability::kFull;
   } else if (sync == "normal") {
@@ -244,6 +259,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // Bound first: a bad address is a usage error before any state is touched. NOT_SERVING until
@@ -260,34 +276,47 @@ int main(int argc, char** argv) {
     }
     health = *std::move(started);
   }
-  service::NotifyStatus("loading the state in " + options.data_dir);
-  auto daemon = Daemon::Start(options);
+  service::NotifyStatus(options.store == "sqlite" ? "loading the state in " + options.data_dir
+                                                  : "electing the leader of " + options.store);
+  // SIGUSR1: an etcd cluster's leader claim changed (server/cluster/member.h); answered here, on
+  // the main thread, by a new election.
+  auto member = cluster::Member::Start(options, cluster_options, [] { kill(getpid(), SIGUSR1); });
   // A flag whose value is wrong (an unknown --socket-group, an unreadable --tls-cert) is named by
   // the message: a usage error.
-  if (!daemon.ok() && daemon.status().code() == absl::StatusCode::kInvalidArgument &&
-      absl::StartsWith(daemon.status().message(), "--")) {
-    return UsageError(std::string(daemon.status().message()));
+  if (!member.ok() && member.status().code() == absl::StatusCode::kInvalidArgument &&
+      absl::StartsWith(member.status().message(), "--")) {
+    return UsageError(std::string(member.status().message()));
   }
-  if (!daemon.ok()) {
-    Logger("coordinator")->error("{}", std::string(daemon.status().message()));
+  if (!member.ok()) {
+    Logger("coordinator")->error("{}", std::string(member.status().message()));
     return 1;
   }
-  if (!port_file.empty()) {
-    std::ofstream(port_file) << (*daemon)->tcp_port() << "\n";
-  }
-  if (!http_port_file.empty()) {
-    std::ofstream(http_port_file) << (*daemon)->http_port() << "\n";
-  }
+  auto write_ports = [&] {
+    if (!port_file.empty()) std::ofstream(port_file) << (*member)->tcp_port() << "\n";
+    if (!http_port_file.empty()) std::ofstream(http_port_file) << (*member)->http_port() << "\n";
+  };
+  write_ports();
   // The state is loaded and every listener bound: a client connecting from now on is answered.
-  service::NotifyReady((*daemon)->StatusLine());
+  service::NotifyReady((*member)->StatusLine());
   service::LivenessWatchdog::Hooks hooks{
-      [raw = daemon->get()](absl::Duration timeout) { return raw->ProbeLoops(timeout); },
-      [raw = daemon->get()] { return raw->StatusLine(); }, nullptr};
+      [raw = member->get()](absl::Duration timeout) { return raw->ProbeLoops(timeout); },
+      [raw = member->get()] { return raw->StatusLine(); }, nullptr};
   if (health) hooks.report = [raw = health.get()](bool alive) { raw->SetServing(alive); };
   auto watchdog =
       std::make_unique<service::LivenessWatchdog>(service::WatchdogInterval(), std::move(hooks));
   int signal = 0;
-  while (sigwait(&signals, &signal) == 0 && signal == SIGHUP) {
+  while (sigwait(&signals, &signal) == 0 && (signal == SIGHUP || signal == SIGUSR1)) {
+    if (signal == SIGUSR1) {
+      if (absl::Status s = (*member)->Reelect(); !s.ok()) {
+        Logger("cluster")->error("{}", std::string(s.message()));
+        watchdog.reset();
+        member->reset();
+        return 1;
+      }
+      write_ports();
+      service::NotifyStatus((*member)->StatusLine());
+      continue;
+    }
     // logrotate moved the file away: new lines go to a new file by the old name.
     if (absl::Status s = ReopenLogs(); s.ok()) {
       Logger("service")->info("SIGHUP: log file reopened");
@@ -303,8 +332,8 @@ int main(int argc, char** argv) {
   service::DrainBound bound(drain_bound);
   if (health) health->StopServing();  // final: later reports from the watchdog are ignored
   watchdog.reset();
-  (*daemon)->Shutdown(drain_bound);
-  daemon->reset();
+  (*member)->Shutdown(drain_bound);
+  member->reset();
   service::NotifyStatus("stopped");
   Logger("coordinator")->info("stopped");
   return 0;

@@ -31,7 +31,22 @@ absl::Status AuthorizeView(const JobTokens* tokens, const grpc::CallbackServerCo
   // gRPC names a Unix-socket peer "unix:..."; every other peer (TCP, and anything gRPC might name
   // otherwise) must present a credential.
   if (absl::StartsWith(context.peer(), "unix:")) return absl::OkStatus();
+  // A follower's socket admitted the caller as this daemon's socket would have.
+  if (Metadata(context, rpc::kForwardedViaMetadata) == "unix" &&
+      tokens->IsClusterSecret(Metadata(context, rpc::kClusterSecretMetadata))) {
+    return absl::OkStatus();
+  }
   return tokens->CheckView(job_id, CredentialsOf(context));
+}
+
+absl::Status AuthorizeClusterMember(const JobTokens* tokens,
+                                    const grpc::CallbackServerContext& context) {
+  if (tokens == nullptr ||
+      tokens->IsClusterSecret(Metadata(context, rpc::kClusterSecretMetadata))) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(
+      "only the members of this zerod's cluster (zerods on its etcd prefix) may relay heartbeats");
 }
 
 }  // namespace zerod::server::auth

@@ -26,6 +26,12 @@ absl::Status Authorize(const JobTokens* tokens, const grpc::CallbackServerContex
 absl::Status AuthorizeView(const JobTokens* tokens, const grpc::CallbackServerContext& context,
                            const std::string& job_id);
 
+// For a call only the members of this daemon's cluster may make (Coordinator.NodeHeartbeat): OK
+// when `tokens` is null (authentication off) or the call carries the cluster's secret;
+// PERMISSION_DENIED otherwise.
+absl::Status AuthorizeClusterMember(const JobTokens* tokens,
+                                    const grpc::CallbackServerContext& context);
+
 }  // namespace zerod::server::auth
 
 #endif  // ZEROD_SERVER_AUTH_CALL_AUTH_H_

@@ -25,7 +25,13 @@ JobTokens::JobTokens(KvStore* kv, std::function<bool(const std::string&)> exists
       ended_(std::move(ended)),
       admin_digest_(admin_token.empty() ? "" : TokenDigest(admin_token)),
       viewer_digest_(views.viewer_token.empty() ? "" : TokenDigest(views.viewer_token)),
-      open_views_(views.open) {}
+      open_views_(views.open),
+      cluster_digest_(views.cluster_secret.empty() ? "" : TokenDigest(views.cluster_secret)) {}
+
+bool JobTokens::IsClusterSecret(absl::string_view secret) const {
+  return !cluster_digest_.empty() && !secret.empty() &&
+         SameDigest(TokenDigest(secret), cluster_digest_);
+}
 
 JobPresence JobTokens::PresenceOf(const std::string& job_id) const {
   if (!exists_(job_id)) return JobPresence::kAbsent;

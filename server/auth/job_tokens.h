@@ -40,6 +40,9 @@ struct Credentials {
 struct ViewPolicy {
   std::string viewer_token;  // empty: there is no viewer token
   bool open = false;         // --open-inspection: anyone who can connect
+  // A cluster's secret (--store etcd): a call a follower forwarded carrying it, whose caller came
+  // through the follower's Unix socket, is taken as a caller on this daemon's socket.
+  std::string cluster_secret;
 };
 
 // Where a job is in its life, as far as claiming it is concerned.
@@ -74,6 +77,8 @@ class JobTokens {
   bool IsViewerOrAdmin(absl::string_view token) const;
   // --open-inspection: the read-only views, gRPC and HTTP, need no token.
   bool inspection_open() const { return open_views_; }
+  // Whether `secret` is the cluster's secret (ViewPolicy::cluster_secret; constant time).
+  bool IsClusterSecret(absl::string_view secret) const;
 
   // For a join: Check, except that a job nobody owns (absent, or ended without an owner) becomes
   // the presented job token's, durably, before `done(OK)`.
@@ -99,6 +104,7 @@ class JobTokens {
   const std::string admin_digest_;   // empty: no admin
   const std::string viewer_digest_;  // empty: no viewer token
   const bool open_views_;
+  const std::string cluster_digest_;  // empty: not in a cluster
 
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::string> digests_ ABSL_GUARDED_BY(mu_);

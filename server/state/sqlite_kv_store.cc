@@ -312,12 +312,7 @@ std::optional<KeyValue> SqliteKvStore::Get(const std::string& key) const {
 
 std::vector<KeyValue> SqliteKvStore::Range(const std::string& prefix) const {
   MutexLock lock(&mu_);
-  std::vector<KeyValue> out;
-  for (auto it = data_.lower_bound(prefix);
-       it != data_.end() && absl::StartsWith(it->first, prefix); ++it) {
-    out.push_back(it->second);
-  }
-  return out;
+  return RangeOfMirror(data_, prefix);
 }
 
 int64_t SqliteKvStore::revision() const {
@@ -348,16 +343,10 @@ void SqliteKvStore::Commit(std::vector<KvOp> ops, CommitCallback done) {
 }
 
 int64_t SqliteKvStore::Watch(const std::string& prefix, WatchCallback callback) {
-  MutexLock lock(&watch_mu_);
-  const int64_t id = next_watch_id_++;
-  watchers_.emplace(id, Watcher{prefix, std::move(callback)});
-  return id;
+  return watchers_.Add(prefix, std::move(callback));
 }
 
-void SqliteKvStore::Unwatch(int64_t id) {
-  MutexLock lock(&watch_mu_);
-  watchers_.erase(id);
-}
+void SqliteKvStore::Unwatch(int64_t id) { watchers_.Remove(id); }
 
 void SqliteKvStore::WriterLoop() {
   for (;;) {
@@ -570,14 +559,7 @@ void SqliteKvStore::ProcessBatch(std::vector<Pending> batch) {
       }
       revision_ = revision;
     }
-    MutexLock lock(&watch_mu_);
-    for (const auto& [id, watcher] : watchers_) {
-      std::vector<KvEvent> mine;
-      for (const KvEvent& e : events) {
-        if (absl::StartsWith(e.key, watcher.prefix)) mine.push_back(e);
-      }
-      if (!mine.empty()) watcher.callback(mine);
-    }
+    watchers_.Deliver(events);
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!written.ok() && outcomes[i].ok()) {

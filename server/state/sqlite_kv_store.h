@@ -25,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "runtime/common/mutex.h"
 #include "server/state/kv_store.h"
+#include "server/state/kv_watchers.h"
 
 struct sqlite3;
 
@@ -67,10 +68,6 @@ class SqliteKvStore final : public KvStore {
     std::vector<KvOp> ops;
     CommitCallback done;
   };
-  struct Watcher {
-    std::string prefix;
-    WatchCallback callback;
-  };
 
   SqliteKvStore(sqlite3* db, std::string path);
   // Creates the tables (or refuses a file without them), adds checksums to a database from
@@ -104,9 +101,7 @@ class SqliteKvStore final : public KvStore {
   std::vector<Pending> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
 
-  Mutex watch_mu_;
-  std::map<int64_t, Watcher> watchers_ ABSL_GUARDED_BY(watch_mu_);
-  int64_t next_watch_id_ ABSL_GUARDED_BY(watch_mu_) = 1;
+  KvWatchers watchers_;
 
   std::thread writer_;
 };

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -18,11 +19,20 @@ ZerodHarness::ZerodHarness(std::vector<std::string> flags)
 
 ZerodHarness::~ZerodHarness() = default;
 
-void ZerodHarness::Start(const std::vector<std::string>& extra_flags) {
-  std::vector<std::string> argv = {Built(ZEROD_PATH), "--socket",           socket_, "--listen", "",
-                                   "--data-dir",      dir_.path() + "/data"};
+std::vector<std::string> ZerodHarness::Argv(const std::vector<std::string>& extra_flags) const {
+  std::vector<std::string> argv = {Built(ZEROD_PATH), "--socket", socket_, "--data-dir",
+                                   dir_.path() + "/data"};
   argv.insert(argv.end(), flags_.begin(), flags_.end());
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  // No TCP listener unless the test gives one.
+  if (std::find(argv.begin(), argv.end(), "--listen") == argv.end()) {
+    argv.insert(argv.end(), {"--listen", ""});
+  }
+  return argv;
+}
+
+void ZerodHarness::Start(const std::vector<std::string>& extra_flags) {
+  const std::vector<std::string> argv = Argv(extra_flags);
   std::remove(socket_.c_str());  // a killed daemon's socket; the new one replaces it
   daemon_ = std::make_unique<ChildProcess>(argv, dir_.path() + "/zerod.log");
   // Connecting before the socket exists would put the channel into reconnect backoff.
@@ -36,10 +46,7 @@ void ZerodHarness::Start(const std::vector<std::string>& extra_flags) {
 
 ProcessResult ZerodHarness::StartRefused(const std::vector<std::string>& extra_flags,
                                          absl::Duration timeout) {
-  std::vector<std::string> argv = {Built(ZEROD_PATH), "--socket",           socket_, "--listen", "",
-                                   "--data-dir",      dir_.path() + "/data"};
-  argv.insert(argv.end(), flags_.begin(), flags_.end());
-  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  const std::vector<std::string> argv = Argv(extra_flags);
   std::remove(socket_.c_str());
   ChildProcess daemon(argv, dir_.path() + "/zerod-refused.log");
   ProcessResult result;

@@ -48,6 +48,10 @@ class ZerodHarness {
   ProcessResult Zeroctl(std::vector<std::string> args);
 
  private:
+  // zerod's command line: the harness's socket and data dir, the flags, and no TCP listener
+  // unless the flags give one.
+  std::vector<std::string> Argv(const std::vector<std::string>& extra_flags) const;
+
   TempDir dir_;
   std::string socket_;
   std::vector<std::string> flags_;

@@ -1,0 +1,314 @@
+#include "server/cluster/member.h"
+
+#include <grp.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "proto/auth_metadata.h"
+#include "server/auth/transport_security.h"
+#include "server/cluster/cluster_secret.h"
+#include "server/logging.h"
+
+namespace zerod::server::cluster {
+namespace {
+
+// How often a follower looks at its leader's claim: a new election starts within this of the
+// claim's change (the claim itself lapses one lease TTL after its holder died).
+constexpr absl::Duration kWatchInterval = absl::Milliseconds(250);
+// How long a member waits for a new leader to announce where it listens, or for etcd to answer
+// at all.
+constexpr absl::Duration kLeaderStartWait = absl::Seconds(30);
+
+std::string HostName() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+// The address other members reach `listen`'s bound `port` at.
+std::string Advertised(const std::string& listen, int port, const std::string& node) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = node;
+  return absl::StrCat(host, ":", port);
+}
+
+// Whether an etcd call may succeed when made again: no member answered yet (a cluster still
+// starting, a member being replaced).
+bool Transient(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+// A socket file the previous role left: ours, since the member holds the path's lock.
+void RemoveSocketFile(const std::string& path) {
+  struct stat st {};
+  if (!path.empty() && lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Member>> Member::Start(const DaemonOptions& options,
+                                                      const ClusterOptions& cluster,
+                                                      std::function<void()> role_changed) {
+  ClusterOptions named = cluster;
+  if (named.node.empty()) named.node = HostName();
+  DaemonOptions daemon_options = options;
+  if (options.store == "sqlite") {
+    std::unique_ptr<Member> m(new Member(daemon_options, named, std::move(role_changed)));
+    auto daemon = Daemon::Start(options);
+    if (!daemon.ok()) return daemon.status();
+    MutexLock lock(&m->mu_);
+    m->daemon_ = *std::move(daemon);
+    return m;
+  }
+  absl::StatusOr<EtcdOptions> etcd = ParseEtcdUrl(options.store);
+  if (!etcd.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--store: ", etcd.status().message()));
+  if (options.listen_address.empty()) {
+    return absl::InvalidArgumentError(
+        "--listen: a zerod on etcd needs a TCP listener: the other members of its cluster forward "
+        "their ranks' calls to the leader over it");
+  }
+  if (options.tls.enabled()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert: TLS between the members of an etcd cluster is not built yet; members talk "
+        "plaintext TCP (give them a trusted network and --allow-plaintext-tcp)");
+  }
+  absl::StatusOr<std::string> secret = LoadOrCreateClusterSecret(*etcd);
+  for (const absl::Time give_up = absl::Now() + kLeaderStartWait;
+       !secret.ok() && Transient(secret.status()) && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(200));
+    secret = LoadOrCreateClusterSecret(*etcd);
+  }
+  if (!secret.ok()) return secret.status();
+  daemon_options.cluster_secret = *secret;
+  daemon_options.claim_paths = false;
+  std::unique_ptr<Member> m(new Member(daemon_options, named, std::move(role_changed)));
+  m->etcd_ = *etcd;
+  auto data_lock = ClaimDataDir(options.data_dir);
+  if (!data_lock.ok()) return data_lock.status();
+  m->data_lock_.emplace(*std::move(data_lock));
+  if (!options.socket_path.empty()) {
+    auto socket_lock = ClaimSocketPath(options.socket_path);
+    if (!socket_lock.ok()) return socket_lock.status();
+    m->socket_lock_.emplace(*std::move(socket_lock));
+  }
+  if (absl::Status s = m->Elect(); !s.ok()) return s;
+  return m;
+}
+
+Member::Member(DaemonOptions options, ClusterOptions cluster, std::function<void()> role_changed)
+    : options_(std::move(options)),
+      cluster_(std::move(cluster)),
+      role_changed_(std::move(role_changed)) {}
+
+Member::~Member() { StopRole(absl::ZeroDuration()); }
+
+std::string Member::HolderValue(const std::string& endpoint) const {
+  return nlohmann::json{{"node", cluster_.node}, {"endpoint", endpoint}, {"pid", getpid()}}.dump();
+}
+
+void Member::AskForElection() {
+  if (!election_due_.exchange(true)) role_changed_();
+}
+
+absl::Status Member::Elect() {
+  auto log = Logger("cluster");
+  const absl::Time give_up = absl::Now() + kLeaderStartWait;
+  for (;;) {
+    absl::StatusOr<ClaimAttempt> attempt =
+        EtcdClaim::TryAcquire(*etcd_, EtcdClaimOptions{options_.lease_ttl, HolderValue("")},
+                              [this] { AskForElection(); });
+    if (!attempt.ok() && (!Transient(attempt.status()) || absl::Now() >= give_up)) {
+      return attempt.status();
+    }
+    if (!attempt.ok()) {
+      absl::SleepFor(absl::Milliseconds(200));
+      continue;
+    }
+    if (attempt->claim != nullptr) return Lead(std::move(attempt->claim));
+    // Whatever is in etcd is read without trusting its shape.
+    const nlohmann::json holder = nlohmann::json::parse(attempt->holder, nullptr, false);
+    const bool has_endpoint = holder.is_object() && holder.contains("endpoint") &&
+                              holder["endpoint"].is_string() &&
+                              !holder["endpoint"].get<std::string>().empty();
+    if (has_endpoint) {
+      const std::string node = holder.contains("node") && holder["node"].is_string()
+                                   ? holder["node"].get<std::string>()
+                                   : "?";
+      return Follow(attempt->holder, holder["endpoint"].get<std::string>(), node);
+    }
+    // A leader still loading the state has not said where it listens yet.
+    if (absl::Now() >= give_up) {
+      return absl::UnavailableError(
+          absl::StrCat("the cluster's leader (", attempt->holder.substr(0, 200),
+                       ") announced no endpoint in ", absl::FormatDuration(kLeaderStartWait)));
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+absl::Status Member::Lead(std::unique_ptr<EtcdClaim> claim) {
+  RemoveSocketFile(options_.socket_path);
+  auto daemon = Daemon::Start(options_, std::move(claim));
+  if (!daemon.ok()) return daemon.status();
+  const std::string endpoint =
+      cluster_.advertise.empty()
+          ? Advertised(options_.listen_address, (*daemon)->tcp_port(), cluster_.node)
+          : cluster_.advertise;
+  if (absl::Status s = (*daemon)->claim()->SetHolder(HolderValue(endpoint)); !s.ok()) return s;
+  Logger("cluster")->info("node {} leads the cluster on {} (members forward to {})", cluster_.node,
+                          etcd_->prefix, endpoint);
+  MutexLock lock(&mu_);
+  daemon_ = *std::move(daemon);
+  leader_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status Member::Follow(const std::string& holder, const std::string& endpoint,
+                            const std::string& node) {
+  const std::string name = absl::StrCat(node, " at ", endpoint);
+  gid_t socket_gid = static_cast<gid_t>(-1);
+  if (!options_.socket_group.empty()) {
+    const group* g = getgrnam(options_.socket_group.c_str());
+    if (g == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--socket-group: no group named '", options_.socket_group, "'"));
+    }
+    socket_gid = g->gr_gid;
+  }
+  auto tcp_credentials = auth::TcpCredentials(options_.tls);
+  if (!tcp_credentials.ok()) return tcp_credentials.status();
+  // Heartbeats stay on the node: the relay answers them and tells the leader once per interval,
+  // well inside the lease.
+  const absl::Duration interval =
+      std::clamp(options_.lease_ttl / 5, absl::Milliseconds(50), absl::Seconds(1));
+  auto relay = std::make_shared<HeartbeatRelay>(
+      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()), name, cluster_.node,
+      std::vector<std::pair<std::string, std::string>>{
+          {rpc::kClusterSecretMetadata, options_.cluster_secret}},
+      interval);
+  std::vector<std::unique_ptr<grpc::Service>> relay_services;
+  // One server per way in, so the leader learns which one a caller used.
+  auto forward = [&](const std::string& socket, const std::string& listen,
+                     const char* via) -> absl::StatusOr<std::unique_ptr<ForwardingServer>> {
+    relay_services.push_back(relay->NewService());
+    ForwardingOptions f;
+    f.socket_path = socket;
+    f.socket_mode = options_.socket_mode;
+    f.socket_gid = socket_gid;
+    f.listen_address = listen;
+    f.tcp_credentials = *tcp_credentials;
+    f.leader_endpoint = endpoint;
+    f.added_metadata = {{rpc::kClusterSecretMetadata, options_.cluster_secret},
+                        {rpc::kForwardedViaMetadata, via}};
+    f.max_message_bytes = options_.max_message_bytes;
+    f.local_services = {relay_services.back().get()};
+    return ForwardingServer::Start(std::move(f));
+  };
+  RemoveSocketFile(options_.socket_path);
+  std::shared_ptr<ForwardingServer> by_socket, by_tcp;
+  if (!options_.socket_path.empty()) {
+    auto started = forward(options_.socket_path, "", "unix");
+    if (!started.ok()) return started.status();
+    by_socket = *std::move(started);
+  }
+  auto started = forward("", options_.listen_address, "tcp");
+  if (!started.ok()) return started.status();
+  by_tcp = *std::move(started);
+  auto watch = ClaimWatch::Start(*etcd_, holder, kWatchInterval, [this] { AskForElection(); });
+  if (!watch.ok()) return watch.status();
+  watch_ = *std::move(watch);
+  Logger("cluster")->info("node {} follows the cluster's leader, {}", cluster_.node, name);
+  MutexLock lock(&mu_);
+  forwarder_ = std::move(by_tcp);
+  socket_forwarder_ = std::move(by_socket);
+  relay_ = std::move(relay);
+  relay_services_ = std::move(relay_services);
+  leader_ = name;
+  return absl::OkStatus();
+}
+
+void Member::StopRole(absl::Duration grace) {
+  watch_.reset();
+  std::shared_ptr<Daemon> daemon;
+  std::shared_ptr<ForwardingServer> forwarder, socket_forwarder;
+  std::shared_ptr<HeartbeatRelay> relay;
+  std::vector<std::unique_ptr<grpc::Service>> relay_services;
+  {
+    MutexLock lock(&mu_);
+    daemon = std::move(daemon_);
+    forwarder = std::move(forwarder_);
+    socket_forwarder = std::move(socket_forwarder_);
+    relay = std::move(relay_);
+    relay_services = std::move(relay_services_);
+  }
+  if (daemon) daemon->Shutdown(grace);
+  // The servers first (heartbeats still waiting are answered by the relay's next flush), then
+  // their services, then the relay.
+  if (socket_forwarder) socket_forwarder->Shutdown(grace);
+  if (forwarder) forwarder->Shutdown(grace);
+  socket_forwarder.reset();
+  forwarder.reset();
+  relay_services.clear();
+  relay.reset();
+}
+
+absl::Status Member::Reelect() {
+  if (!election_due_.exchange(false)) return absl::OkStatus();
+  Logger("cluster")->info("the leader's claim changed: electing again");
+  // Short: the ranks' calls fail UNAVAILABLE meanwhile and are retried by the SDK.
+  StopRole(absl::Seconds(2));
+  return Elect();
+}
+
+void Member::Shutdown(absl::Duration grace) { StopRole(grace); }
+
+absl::Status Member::ProbeLoops(absl::Duration timeout) {
+  std::shared_ptr<Daemon> daemon;
+  {
+    MutexLock lock(&mu_);
+    daemon = daemon_;
+    if (!daemon) {
+      return forwarder_ ? absl::OkStatus() : absl::UnavailableError("between roles: electing");
+    }
+  }
+  return daemon->ProbeLoops(timeout);
+}
+
+std::string Member::StatusLine() const {
+  MutexLock lock(&mu_);
+  if (daemon_) return etcd_ ? daemon_->StatusLine() + "; leads the cluster" : daemon_->StatusLine();
+  if (forwarder_) {
+    const int64_t calls = forwarder_->forwarded_calls() +
+                          (socket_forwarder_ ? socket_forwarder_->forwarded_calls() : 0);
+    return absl::StrCat("follows the cluster's leader, ", leader_, "; ", calls,
+                        " call(s) forwarded");
+  }
+  return "electing the cluster's leader";
+}
+
+int Member::tcp_port() const {
+  MutexLock lock(&mu_);
+  if (daemon_) return daemon_->tcp_port();
+  return forwarder_ ? forwarder_->tcp_port() : 0;
+}
+
+int Member::http_port() const {
+  MutexLock lock(&mu_);
+  return daemon_ ? daemon_->http_port() : 0;
+}
+
+bool Member::leading() const {
+  MutexLock lock(&mu_);
+  return daemon_ != nullptr;
+}
+
+}  // namespace zerod::server::cluster
