@@ -287,6 +287,10 @@ int main(int argc, char** argv) {
       absl::StartsWith(member.status().message(), "--")) {
     return UsageError(std::string(member.status().message()));
   }
+  if (!member.ok() && absl::IsCancelled(member.status())) {
+    Logger("coordinator")->info("{}: stopped", std::string(member.status().message()));
+    return 0;
+  }
   if (!member.ok()) {
     Logger("coordinator")->error("{}", std::string(member.status().message()));
     return 1;
@@ -307,7 +311,12 @@ int main(int argc, char** argv) {
   int signal = 0;
   while (sigwait(&signals, &signal) == 0 && (signal == SIGHUP || signal == SIGUSR1)) {
     if (signal == SIGUSR1) {
-      if (absl::Status s = (*member)->Reelect(); !s.ok()) {
+      absl::Status s = (*member)->Reelect();
+      if (absl::IsCancelled(s)) {  // SIGTERM came while electing: drain below
+        signal = SIGTERM;
+        break;
+      }
+      if (!s.ok()) {
         Logger("cluster")->error("{}", std::string(s.message()));
         watchdog.reset();
         member->reset();

@@ -10,14 +10,23 @@
 namespace zerod::server::cluster {
 namespace {
 
-// Every Coordinator method but Heartbeat stays generic: the forwarding server relays it.
+// Every Coordinator method but Heartbeat and NodeHeartbeat stays generic: the forwarding server
+// relays it. NodeHeartbeat is refused here: only members may call it, and a follower adds the
+// cluster's secret to every call it relays.
 using RelayedCoordinator =
     v1::Coordinator::WithGenericMethod_Join<v1::Coordinator::WithGenericMethod_GetPlan<
         v1::Coordinator::WithCallbackMethod_Heartbeat<v1::Coordinator::WithGenericMethod_Watch<
             v1::Coordinator::WithGenericMethod_Leave<v1::Coordinator::WithGenericMethod_EndJob<
                 v1::Coordinator::WithGenericMethod_RecordCheckpoint<
-                    v1::Coordinator::WithGenericMethod_NodeHeartbeat<
+                    v1::Coordinator::WithCallbackMethod_NodeHeartbeat<
                         v1::Coordinator::Service>>>>>>>>;
+
+// Heartbeats one NodeHeartbeat carries at most: a flush of many ranks goes in several calls, so
+// no answer nears a message limit and one bad batch cannot fail every rank of the node.
+constexpr int kEntriesPerCall = 1024;
+// Distinct (job, rank, token) heartbeats one flush holds at most; more are refused
+// (RESOURCE_EXHAUSTED) rather than grown without bound by a flood of made-up ones.
+constexpr size_t kMaxPending = 65536;
 
 std::string JobTokenOf(const grpc::CallbackServerContext& context) {
   const auto& metadata = context.client_metadata();
@@ -42,6 +51,16 @@ class HeartbeatRelay::Service final : public RelayedCoordinator {
           if (status.ok()) *response = answer;
           reactor->Finish(status);
         });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* NodeHeartbeat(grpc::CallbackServerContext* context,
+                                          const v1::NodeHeartbeatRequest*,
+                                          v1::NodeHeartbeatResponse*) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                 "NodeHeartbeat is for the cluster's members: a follower zerod "
+                                 "relays no one else's"));
     return reactor;
   }
 
@@ -97,10 +116,13 @@ void HeartbeatRelay::Take(const v1::HeartbeatRequest& request, std::string job_t
   const Key key{request.job_id(), request.rank(), std::move(job_token)};
   std::optional<Answer> fresh;
   bool stopping = false;
+  bool full = false;
   {
     MutexLock lock(&mu_);
     stopping = stopping_;
-    if (!stopping) {
+    if (!stopping && next_.size() >= kMaxPending && next_.find(key) == next_.end()) {
+      full = true;
+    } else if (!stopping) {
       Waiting& waiting = next_[key];
       waiting.request = request;
       const absl::Time oldest = absl::Now() - 2 * interval_;
@@ -108,7 +130,8 @@ void HeartbeatRelay::Take(const v1::HeartbeatRequest& request, std::string job_t
       auto job = job_answers_.find(request.job_id());
       if (own != answers_.end() && own->second.at >= oldest && !own->second.status.ok()) {
         fresh = own->second;
-      } else if (own != answers_.end() && job != job_answers_.end() && job->second.at >= oldest) {
+      } else if (own != answers_.end() && own->second.status.ok() && job != job_answers_.end() &&
+                 job->second.at >= oldest) {
         fresh = job->second;
       } else {
         waiting.done.push_back(std::move(done));
@@ -117,6 +140,11 @@ void HeartbeatRelay::Take(const v1::HeartbeatRequest& request, std::string job_t
   }
   if (stopping) {
     done(grpc::Status(grpc::StatusCode::UNAVAILABLE, "zerod is stopping; retry"),
+         v1::HeartbeatResponse());
+  } else if (full) {
+    done(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      absl::StrCat("this node's zerod holds ", kMaxPending,
+                                   " heartbeats of distinct ranks already; retry")),
          v1::HeartbeatResponse());
   } else if (fresh) {
     done(fresh->status, fresh->response);
@@ -143,17 +171,28 @@ void HeartbeatRelay::Flush() {
     batch.swap(next_);
     ++flushes_;
   }
-  if (batch.empty()) return;
+  std::vector<std::pair<const Key*, Waiting*>> chunk;
+  for (auto& [key, waiting] : batch) {
+    chunk.emplace_back(&key, &waiting);
+    if (chunk.size() == kEntriesPerCall) {
+      SendChunk(chunk);
+      chunk.clear();
+    }
+  }
+  if (!chunk.empty()) SendChunk(chunk);
+}
+
+void HeartbeatRelay::SendChunk(const std::vector<std::pair<const Key*, Waiting*>>& chunk) {
   {
     MutexLock lock(&mu_);
     ++calls_;
   }
   v1::NodeHeartbeatRequest request;
   request.set_node(node_);
-  for (const auto& [key, waiting] : batch) {
+  for (const auto& [key, waiting] : chunk) {
     v1::NodeHeartbeatEntry* entry = request.add_entries();
-    entry->set_job_token(key.job_token);
-    *entry->mutable_heartbeat() = waiting.request;
+    entry->set_job_token(key->job_token);
+    *entry->mutable_heartbeat() = waiting->request;
   }
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + std::max(4 * interval_, absl::Seconds(2))));
@@ -163,30 +202,35 @@ void HeartbeatRelay::Flush() {
   if (status.ok() && response.results_size() != request.entries_size()) {
     status = grpc::Status(grpc::StatusCode::INTERNAL, "answers do not match the heartbeats sent");
   }
+  // A refusal of the whole call (not a member) is passed on as it is: retrying cannot help.
+  const grpc::StatusCode failed_as =
+      status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+              status.error_code() == grpc::StatusCode::UNAUTHENTICATED
+          ? status.error_code()
+          : grpc::StatusCode::UNAVAILABLE;
   const absl::Time now = absl::Now();
   std::vector<std::pair<Done, Answer>> to_answer;
   {
     MutexLock lock(&mu_);
     int i = 0;
-    for (auto& [key, waiting] : batch) {
+    for (const auto& [key, waiting] : chunk) {
       Answer answer{grpc::Status::OK, v1::HeartbeatResponse(), now};
       if (!status.ok()) {
         // Not cached: the next heartbeat waits for a flush that reaches the leader.
-        answer.status =
-            grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                         absl::StrCat("zerod leader ", leader_name_,
-                                      ": relaying heartbeats: ", status.error_message()));
-        answers_.erase(key);
-        job_answers_.erase(key.job_id);
+        answer.status = grpc::Status(
+            failed_as, absl::StrCat("zerod leader ", leader_name_,
+                                    ": relaying heartbeats: ", status.error_message()));
+        answers_.erase(*key);
+        job_answers_.erase(key->job_id);
       } else {
         const v1::NodeHeartbeatResult& result = response.results(i);
         answer.status =
             grpc::Status(static_cast<grpc::StatusCode>(result.code()), result.message());
         answer.response = result.response();
-        answers_[key] = answer;
-        if (answer.status.ok()) job_answers_[key.job_id] = answer;
+        answers_[*key] = answer;
+        if (answer.status.ok()) job_answers_[key->job_id] = answer;
       }
-      for (Done& done : waiting.done) to_answer.emplace_back(std::move(done), answer);
+      for (Done& done : waiting->done) to_answer.emplace_back(std::move(done), answer);
       ++i;
     }
     // Ranks that stopped heartbeating long ago.

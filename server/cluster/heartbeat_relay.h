@@ -83,6 +83,8 @@ class HeartbeatRelay {
 
   void FlushLoop();
   void Flush();
+  // One NodeHeartbeat of at most kEntriesPerCall heartbeats, and the answers to their callers.
+  void SendChunk(const std::vector<std::pair<const Key*, Waiting*>>& chunk);
 
   const std::string leader_name_;
   const std::string node_;

@@ -2,6 +2,7 @@
 
 #include <grp.h>
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,9 +23,9 @@ namespace {
 // How often a follower looks at its leader's claim: a new election starts within this of the
 // claim's change (the claim itself lapses one lease TTL after its holder died).
 constexpr absl::Duration kWatchInterval = absl::Milliseconds(250);
-// How long a member waits for a new leader to announce where it listens, or for etcd to answer
-// at all.
-constexpr absl::Duration kLeaderStartWait = absl::Seconds(30);
+// How long a starting member waits for etcd to answer at all (then it exits 1, and its service
+// manager starts it again).
+constexpr absl::Duration kEtcdStartWait = absl::Seconds(30);
 
 std::string HostName() {
   char host[256] = {};
@@ -33,9 +34,9 @@ std::string HostName() {
 }
 
 // The address other members reach `listen`'s bound `port` at.
-std::string Advertised(const std::string& listen, int port, const std::string& node) {
+std::string Advertised(const std::string& listen, int port) {
   std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = node;
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = HostName();
   return absl::StrCat(host, ":", port);
 }
 
@@ -44,6 +45,13 @@ std::string Advertised(const std::string& listen, int port, const std::string& n
 bool Transient(const absl::Status& s) {
   return s.code() == absl::StatusCode::kUnavailable ||
          s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+// The relay's channel to the leader, taking answers as large as the daemon's messages.
+std::shared_ptr<grpc::Channel> LeaderChannel(const std::string& endpoint) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
 }
 
 // A socket file the previous role left: ours, since the member holds the path's lock.
@@ -82,7 +90,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Start(const DaemonOptions& optio
         "plaintext TCP (give them a trusted network and --allow-plaintext-tcp)");
   }
   absl::StatusOr<std::string> secret = LoadOrCreateClusterSecret(*etcd);
-  for (const absl::Time give_up = absl::Now() + kLeaderStartWait;
+  for (const absl::Time give_up = absl::Now() + kEtcdStartWait;
        !secret.ok() && Transient(secret.status()) && absl::Now() < give_up;) {
     absl::SleepFor(absl::Milliseconds(200));
     secret = LoadOrCreateClusterSecret(*etcd);
@@ -120,36 +128,53 @@ void Member::AskForElection() {
 }
 
 absl::Status Member::Elect() {
+  {
+    MutexLock lock(&mu_);
+    electing_ = true;
+  }
+  absl::Status elected = ElectUntilDone();
+  MutexLock lock(&mu_);
+  electing_ = false;
+  return elected;
+}
+
+absl::Status Member::ElectUntilDone() {
   auto log = Logger("cluster");
-  const absl::Time give_up = absl::Now() + kLeaderStartWait;
+  bool said_waiting = false;
   for (;;) {
+    // A SIGTERM (or SIGINT) that came while electing: stop electing, so the process drains and
+    // exits as it would have (the signals stay blocked for the main thread's sigwait).
+    sigset_t pending;
+    if (sigpending(&pending) == 0 &&
+        (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1)) {
+      return absl::CancelledError("asked to stop while electing the cluster's leader");
+    }
     absl::StatusOr<ClaimAttempt> attempt =
         EtcdClaim::TryAcquire(*etcd_, EtcdClaimOptions{options_.lease_ttl, HolderValue("")},
                               [this] { AskForElection(); });
-    if (!attempt.ok() && (!Transient(attempt.status()) || absl::Now() >= give_up)) {
-      return attempt.status();
+    if (!attempt.ok() && !Transient(attempt.status())) return attempt.status();
+    if (attempt.ok() && attempt->claim != nullptr) return Lead(std::move(attempt->claim));
+    if (attempt.ok()) {
+      // Whatever is in etcd is read without trusting its shape.
+      const nlohmann::json holder = nlohmann::json::parse(attempt->holder, nullptr, false);
+      const bool has_endpoint = holder.is_object() && holder.contains("endpoint") &&
+                                holder["endpoint"].is_string() &&
+                                !holder["endpoint"].get<std::string>().empty();
+      if (has_endpoint) {
+        const std::string node = holder.contains("node") && holder["node"].is_string()
+                                     ? holder["node"].get<std::string>()
+                                     : "?";
+        return Follow(attempt->holder, holder["endpoint"].get<std::string>(), node);
+      }
     }
-    if (!attempt.ok()) {
-      absl::SleepFor(absl::Milliseconds(200));
-      continue;
-    }
-    if (attempt->claim != nullptr) return Lead(std::move(attempt->claim));
-    // Whatever is in etcd is read without trusting its shape.
-    const nlohmann::json holder = nlohmann::json::parse(attempt->holder, nullptr, false);
-    const bool has_endpoint = holder.is_object() && holder.contains("endpoint") &&
-                              holder["endpoint"].is_string() &&
-                              !holder["endpoint"].get<std::string>().empty();
-    if (has_endpoint) {
-      const std::string node = holder.contains("node") && holder["node"].is_string()
-                                   ? holder["node"].get<std::string>()
-                                   : "?";
-      return Follow(attempt->holder, holder["endpoint"].get<std::string>(), node);
-    }
-    // A leader still loading the state has not said where it listens yet.
-    if (absl::Now() >= give_up) {
-      return absl::UnavailableError(
-          absl::StrCat("the cluster's leader (", attempt->holder.substr(0, 200),
-                       ") announced no endpoint in ", absl::FormatDuration(kLeaderStartWait)));
+    // etcd does not answer, or a leader still loading the state has not said where it listens:
+    // wait (a leader that died before saying so loses its claim one lease TTL later).
+    if (!said_waiting) {
+      log->warn("waiting for the cluster's leader: {}",
+                attempt.ok() ? "the claim's holder (" + attempt->holder.substr(0, 200) +
+                                   ") has not announced its endpoint yet"
+                             : std::string(attempt.status().message()));
+      said_waiting = true;
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
@@ -159,10 +184,9 @@ absl::Status Member::Lead(std::unique_ptr<EtcdClaim> claim) {
   RemoveSocketFile(options_.socket_path);
   auto daemon = Daemon::Start(options_, std::move(claim));
   if (!daemon.ok()) return daemon.status();
-  const std::string endpoint =
-      cluster_.advertise.empty()
-          ? Advertised(options_.listen_address, (*daemon)->tcp_port(), cluster_.node)
-          : cluster_.advertise;
+  const std::string endpoint = cluster_.advertise.empty()
+                                   ? Advertised(options_.listen_address, (*daemon)->tcp_port())
+                                   : cluster_.advertise;
   if (absl::Status s = (*daemon)->claim()->SetHolder(HolderValue(endpoint)); !s.ok()) return s;
   Logger("cluster")->info("node {} leads the cluster on {} (members forward to {})", cluster_.node,
                           etcd_->prefix, endpoint);
@@ -190,11 +214,11 @@ absl::Status Member::Follow(const std::string& holder, const std::string& endpoi
   // well inside the lease.
   const absl::Duration interval =
       std::clamp(options_.lease_ttl / 5, absl::Milliseconds(50), absl::Seconds(1));
-  auto relay = std::make_shared<HeartbeatRelay>(
-      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()), name, cluster_.node,
-      std::vector<std::pair<std::string, std::string>>{
-          {rpc::kClusterSecretMetadata, options_.cluster_secret}},
-      interval);
+  auto relay =
+      std::make_shared<HeartbeatRelay>(LeaderChannel(endpoint), name, cluster_.node,
+                                       std::vector<std::pair<std::string, std::string>>{
+                                           {rpc::kClusterSecretMetadata, options_.cluster_secret}},
+                                       interval);
   std::vector<std::unique_ptr<grpc::Service>> relay_services;
   // One server per way in, so the leader learns which one a caller used.
   auto forward = [&](const std::string& socket, const std::string& listen,
@@ -276,8 +300,9 @@ absl::Status Member::ProbeLoops(absl::Duration timeout) {
   {
     MutexLock lock(&mu_);
     daemon = daemon_;
+    // Electing is the member's loop at work (it waits for etcd or a new leader), not stuck.
     if (!daemon) {
-      return forwarder_ ? absl::OkStatus() : absl::UnavailableError("between roles: electing");
+      return forwarder_ || electing_ ? absl::OkStatus() : absl::UnavailableError("between roles");
     }
   }
   return daemon->ProbeLoops(timeout);

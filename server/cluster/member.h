@@ -56,7 +56,7 @@ class Member {
   Member& operator=(const Member&) = delete;
 
   // Stops the current role and takes the next one, if an election was asked for since the last
-  // (else nothing). An error is fatal: the process exits 1.
+  // (else nothing). CANCELLED when asked to stop meanwhile; another error is fatal (exit 1).
   absl::Status Reelect();
   // Stops the current role (a leader drains, as on SIGTERM).
   void Shutdown(absl::Duration grace);
@@ -71,8 +71,10 @@ class Member {
 
  private:
   Member(DaemonOptions options, ClusterOptions cluster, std::function<void()> role_changed);
-  // Takes the claim and leads, or follows whoever holds it.
+  // Takes the claim and leads, or follows whoever holds it; waits as long as etcd does not answer
+  // or the holder has not announced its endpoint. CANCELLED when SIGTERM or SIGINT is pending.
   absl::Status Elect();
+  absl::Status ElectUntilDone();
   absl::Status Lead(std::unique_ptr<EtcdClaim> claim);
   // Follows the holder of the claim (its value as read, its endpoint and node name in it).
   absl::Status Follow(const std::string& holder, const std::string& endpoint,
@@ -100,7 +102,8 @@ class Member {
   std::shared_ptr<HeartbeatRelay> relay_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<grpc::Service>> relay_services_ ABSL_GUARDED_BY(mu_);
   std::string leader_ ABSL_GUARDED_BY(mu_);  // a follower's leader: "node at host:port"
-  std::unique_ptr<ClaimWatch> watch_;        // main thread only
+  bool electing_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<ClaimWatch> watch_;  // main thread only
 };
 
 }  // namespace zerod::server::cluster

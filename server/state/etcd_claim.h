@@ -71,6 +71,8 @@ class EtcdClaim {
   // The key beside `prefix` that holds its claim.
   static std::string KeyFor(const std::string& prefix);
   const std::string& key() const { return key_; }
+  // The revision that created the claim key: what the store's writes are fenced on.
+  int64_t create_revision() const { return create_revision_; }
 
  private:
   EtcdClaim(std::unique_ptr<internal::EtcdClient> client, std::string key, int64_t lease,

@@ -438,6 +438,13 @@ absl::StatusOr<CommitResult> EtcdKvStore::RunCommit(const std::vector<KvOp>& ops
     etcdserverpb::PutRequest* marker = txn.add_success()->mutable_request_put();
     marker->set_key(marker_key_);
     marker->set_value(absl::StrCat(seq, ":", attempts.size()));
+    if (!options_.fence_key.empty()) {
+      etcdserverpb::Compare* fence = txn.add_compare();
+      fence->set_key(options_.fence_key);
+      fence->set_target(etcdserverpb::Compare::CREATE);
+      fence->set_result(etcdserverpb::Compare::EQUAL);
+      fence->set_create_revision(options_.fence_create_revision);
+    }
     attempts.push_back(*plan);
 
     etcdserverpb::TxnResponse response;
@@ -449,7 +456,11 @@ absl::StatusOr<CommitResult> EtcdKvStore::RunCommit(const std::vector<KvOp>& ops
       return gave_up;
     }
     Answered();
-    if (!response.succeeded()) continue;  // another writer came first: read again
+    if (!response.succeeded()) {
+      // Another writer came first (read again), unless this store's writer lost its claim.
+      if (absl::Status fenced = CheckFence(); !fenced.ok()) return fenced;
+      continue;
+    }
     CommitResult result = std::move(plan->result);
     result.revision = response.header().revision();
     marker_mod_revision_ = result.revision;
@@ -461,6 +472,21 @@ absl::StatusOr<CommitResult> EtcdKvStore::RunCommit(const std::vector<KvOp>& ops
     *event_revision = wrote ? result.revision : 0;
     return result;
   }
+}
+
+absl::Status EtcdKvStore::CheckFence() const {
+  if (options_.fence_key.empty()) return absl::OkStatus();
+  etcdserverpb::RangeRequest range;
+  range.set_key(options_.fence_key);
+  etcdserverpb::RangeResponse response;
+  if (grpc::Status s = client_->Range(range, &response); !s.ok()) return absl::OkStatus();
+  if (response.kvs_size() == 1 &&
+      response.kvs(0).create_revision() == options_.fence_create_revision) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(client_->where(), ": this zerod no longer holds ", options_.fence_key,
+                   " (another member leads the state now); nothing was written"));
 }
 
 absl::Status EtcdKvStore::RefusedCommit(const grpc::Status& status,

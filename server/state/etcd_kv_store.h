@@ -70,6 +70,12 @@ struct EtcdOptions {
   absl::Duration request_timeout = absl::Seconds(5);  // one RPC to etcd
   absl::Duration unavailable_for =
       absl::Seconds(30);  // how long a commit retries while no member answers
+  // Fencing: when set, every write is also conditional on this key having been created at
+  // fence_create_revision (the etcd claim its writer holds, etcd_claim.h), so a daemon that lost
+  // its claim (paused past its lease while another took over) can write nothing more: its commits
+  // fail FAILED_PRECONDITION.
+  std::string fence_key;
+  int64_t fence_create_revision = 0;
 };
 
 // "etcd://host:port[,host:port...][/prefix]" -> options; INVALID_ARGUMENT naming what is wrong.
@@ -119,6 +125,8 @@ class EtcdKvStore final : public KvStore {
       internal::CommitSnapshot* snapshot);
   // A Txn etcd refused (not for want of a member): the error, naming the limit it hit if any.
   absl::Status RefusedCommit(const grpc::Status& status, const etcdserverpb::TxnRequest& txn) const;
+  // FAILED_PRECONDITION when the fence (EtcdOptions::fence_key) is no longer as it was.
+  absl::Status CheckFence() const;
   // After a call that found no member (`failure`): waits a backoff and returns true, or returns
   // false with `gave_up` once etcd has been unavailable for unavailable_for or the store closes.
   bool StillTrying(const std::string& failure, bool uncertain, absl::Status* gave_up);

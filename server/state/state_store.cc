@@ -43,6 +43,9 @@ absl::StatusOr<OpenedState> OpenStateStore(const StateStoreOptions& options,
     return absl::FailedPreconditionError(
         "an etcd state is opened only by the holder of its claim (server/cluster/member.h)");
   }
+  // Fenced: once another member holds the claim, this store writes nothing more.
+  etcd->fence_key = claim->key();
+  etcd->fence_create_revision = claim->create_revision();
   opened.claim = std::move(claim);
   auto kv = EtcdKvStore::Open(*etcd);
   if (!kv.ok()) return kv.status();

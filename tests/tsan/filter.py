@@ -9,7 +9,8 @@ in a report, the stack that created the thread included, and every gRPC handler 
 thread that gRPC created.
 
 So a data race is dropped only when no racing access was made by our code: in each access's stack
-the first frame that is not the C++ standard library, abseil, protobuf, generated code (zerod::v1)
+the first frame that is not the C++ standard library, abseil, protobuf, generated code (zerod::v1,
+etcd's etcdserverpb/mvccpb/authpb)
 or a TSan interceptor is gRPC's or OpenSSL's, or there is no code of ours on the stack at all (a library
 working on a library's thread: any instrumented caller of ours would be on the stack). Every other
 report, and every other kind of report (lock-order inversion, use after free, ...), is kept.
@@ -24,6 +25,7 @@ import sys
 
 # Code that runs on behalf of whoever calls it: the caller owns the access.
 PASSIVE = re.compile(r'^(std::|__gnu_cxx::|__cxxabiv1::|google::protobuf::|zerod::v1::'
+                     r'|etcdserverpb::|mvccpb::|authpb::'
                      r'|absl::|operator new|operator delete|__tsan|__interceptor|__sanitizer)')
 GRPC = re.compile(r'^(grpc::|grpc_|grpc_core::|grpc_event_engine::|grpc_impl::|gpr_|tsi_|upb_)')
 GRPC_MODULE = re.compile(r'^lib(grpc|gpr|address_sorting|upb)')

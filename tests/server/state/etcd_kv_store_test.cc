@@ -10,6 +10,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "runtime/common/mutex.h"
+#include "server/state/etcd_claim.h"
 #include "tests/util/etcd_cluster.h"
 #include "tests/util/failure_injecting_proxy.h"
 
@@ -270,6 +271,30 @@ TEST_F(EtcdKvStoreTest, TwoStoresSeeEachOthersWritesAndLoseNoIncrement) {
   // A compare-and-swap on the other's write sees etcd's value, not a stale mirror.
   auto swapped = b->CommitSync({KvOp::CompareAndSwap("from-a", std::string("1"), "2")});
   EXPECT_TRUE(swapped->results[0].applied);
+}
+
+TEST_F(EtcdKvStoreTest, AStoreFencedOnAClaimItLostWritesNothingMore) {
+  EtcdOptions options = Options(cluster_->Endpoints());
+  auto first = EtcdClaim::TryAcquire(options, EtcdClaimOptions{absl::Seconds(5), "a"}, [] {});
+  ASSERT_TRUE(first.ok() && first->claim != nullptr) << first.status();
+  options.fence_key = first->claim->key();
+  options.fence_create_revision = first->claim->create_revision();
+  auto fenced = Open(options);
+  ASSERT_NE(fenced, nullptr);
+  ASSERT_TRUE(fenced->CommitSync({KvOp::Put("k", "while held")}).ok());
+  // The claim goes (its holder paused past the lease, say) and another member takes it.
+  first->claim.reset();
+  auto second = EtcdClaim::TryAcquire(Options(cluster_->Endpoints()),
+                                      EtcdClaimOptions{absl::Seconds(5), "b"}, [] {});
+  ASSERT_TRUE(second.ok() && second->claim != nullptr) << second.status();
+  auto late = fenced->CommitSync({KvOp::Put("k", "after losing it"), KvOp::Add("n", 1)});
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr("no longer holds /t.claim"));
+  auto fresh = Open(Options(cluster_->Endpoints()));
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_EQ(fresh->Get("k")->value, "while held");
+  EXPECT_FALSE(fresh->Get("n").has_value());
 }
 
 TEST_F(EtcdKvStoreTest, EveryMemberDownFailsCommitsUnavailableNamingTheEndpoints) {
