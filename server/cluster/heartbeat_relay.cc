@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/auth_metadata.h"
+#include "server/auth/call_auth.h"
 
 namespace zerod::server::cluster {
 namespace {
@@ -28,12 +28,6 @@ constexpr int kEntriesPerCall = 1024;
 // (RESOURCE_EXHAUSTED) rather than grown without bound by a flood of made-up ones.
 constexpr size_t kMaxPending = 65536;
 
-std::string JobTokenOf(const grpc::CallbackServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(rpc::kJobTokenMetadata);
-  return it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
-}
-
 }  // namespace
 
 class HeartbeatRelay::Service final : public RelayedCoordinator {
@@ -46,7 +40,7 @@ class HeartbeatRelay::Service final : public RelayedCoordinator {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     // The call stays open until `done`: its request and response live until Finish.
     relay_->Take(
-        *request, JobTokenOf(*context),
+        *request, auth::CredentialsOf(*context).job_token,
         [reactor, response](const grpc::Status& status, const v1::HeartbeatResponse& answer) {
           if (status.ok()) *response = answer;
           reactor->Finish(status);

@@ -72,19 +72,6 @@ absl::StatusOr<ClaimAttempt> EtcdClaim::TryAcquire(const EtcdOptions& etcd,
   return held;
 }
 
-absl::StatusOr<std::optional<std::string>> EtcdClaim::Holder(const EtcdOptions& etcd) {
-  auto client = internal::EtcdClient::Connect(etcd.endpoints, etcd.request_timeout);
-  if (!client.ok()) return client.status();
-  etcdserverpb::RangeRequest range;
-  range.set_key(KeyFor(etcd.prefix));
-  etcdserverpb::RangeResponse response;
-  if (grpc::Status s = (*client)->Range(range, &response); !s.ok()) {
-    return (*client)->Error(s, "reading the claim");
-  }
-  if (response.kvs_size() == 0) return std::optional<std::string>();
-  return std::optional<std::string>(response.kvs(0).value());
-}
-
 absl::Status EtcdClaim::SetHolder(const std::string& holder) {
   etcdserverpb::TxnRequest txn;
   etcdserverpb::Compare* mine = txn.add_compare();

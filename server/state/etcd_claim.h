@@ -19,7 +19,6 @@
 
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 
@@ -58,8 +57,6 @@ class EtcdClaim {
   static absl::StatusOr<ClaimAttempt> TryAcquire(const EtcdOptions& etcd,
                                                  const EtcdClaimOptions& options,
                                                  std::function<void()> on_lost);
-  // The holder's value as stored now (nullopt: nobody holds the claim).
-  static absl::StatusOr<std::optional<std::string>> Holder(const EtcdOptions& etcd);
 
   // Rewrites this claim's value (a leader that learnt its bound port); FAILED_PRECONDITION when
   // the claim is no longer this one's.
