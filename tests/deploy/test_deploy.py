@@ -91,6 +91,20 @@ def test_the_service_targets_the_daemons_grpc_and_metrics_ports(manifests, daemo
     assert service["spec"]["internalTrafficPolicy"] == "Local"
 
 
+def test_the_daemonsets_tcp_port_needs_tls_client_certificates_and_tokens(daemon):
+    # The node's network reaches port 7420 (hostPort): TLS with client certificates from the
+    # mounted Secret, job tokens on, nothing that would open it.
+    pod, container, args = daemon
+    assert not args["--listen"].startswith("127.")
+    for flag in ("--no-auth", "--allow-plaintext-tcp", "--open-inspection"):
+        assert flag not in args, flag
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v}
+    assert "tls" in secrets
+    for flag in ("--tls-cert", "--tls-key", "--tls-client-ca"):
+        assert os.path.dirname(args[flag]) == mounts["tls"], flag
+
+
 @pytest.fixture(scope="module")
 def scrape_jobs():
     with open(os.path.join(DEPLOY, "prometheus", "zerod-scrape.yaml")) as f:
