@@ -222,6 +222,7 @@ absl::StatusOr<Membership> CoordinatorClient::Join(const JoinOptions& o, absl::D
   m.generation = response.generation();
   m.world_size = response.world_size();
   m.lease_ttl = absl::Milliseconds(response.lease_ttl_ms());
+  m.node_address = response.node_address();
   m.plan = std::make_shared<const plan::ShardPlan>(*std::move(plan));
   return m;
 }

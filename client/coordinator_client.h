@@ -74,6 +74,8 @@ struct Membership {
   int64_t generation = 0;
   int64_t world_size = 0;
   absl::Duration lease_ttl;
+  // Where other nodes reach this rank's node, as its zerod knows it (empty: not known).
+  std::string node_address;
   v1::PlanInputs plan_inputs;
   // Recomputed here from plan_inputs; its digest was checked against the daemon's.
   std::shared_ptr<const plan::ShardPlan> plan;

@@ -139,6 +139,12 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
   return s;
 }
 
+std::string TrainerSession::PeerAddress() const {
+  if (std::string host = Env("ZEROD_GLOO_HOST"); !host.empty()) return host;
+  if (!membership_.node_address.empty()) return membership_.node_address;
+  return comm::GlooOptions{}.hostname;
+}
+
 absl::Status TrainerSession::Connect() {
   // Every rank creates the same communicators in the same order (each creation is collective).
   const bool gathers =
@@ -149,7 +155,7 @@ absl::Status TrainerSession::Connect() {
   if (device_ < 0) {
     comm::GlooOptions gloo;
     gloo.timeout = options_.collective_timeout;
-    if (const std::string host = Env("ZEROD_GLOO_HOST"); !host.empty()) gloo.hostname = host;
+    gloo.hostname = PeerAddress();
     make = [this, rank, world, gloo](const std::string& name) {
       return comm::GlooCommunicator::Create(
           std::make_shared<comm::PrefixStore>("gloo" + name, store_), rank, world, gloo);

@@ -83,6 +83,10 @@ class TrainerSession {
   const std::string& job_id() const { return options_.job_id; }
   const std::string& device() const { return options_.device; }  // "cpu" or "cuda:N"
   std::shared_ptr<const plan::ShardPlan> plan() const { return membership_.plan; }
+  // The address this rank's peers connect to on a CPU (Gloo): $ZEROD_GLOO_HOST, else the address
+  // its node's zerod gave at the join (its --advertise host, or its --listen host in a cluster),
+  // else 127.0.0.1 (ranks of one machine only).
+  std::string PeerAddress() const;
   // Whether stage-3 gathers run on a communicator of their own.
   bool has_gather_communicator() const { return gather_communicator_ != nullptr; }
   // Where the engine's buffers live: nullptr for host memory, CudaOps on "cuda:N". A model that

@@ -288,16 +288,26 @@ int main(int argc, char** argv) {
     options.plan_options = plan_options;
     auto s = client::TrainerSession::Start(options);
     if (!s.ok()) {
-      // No rank was given yet: name the job, and the rank asked for when there was one.
-      const char* asked = std::getenv("ZEROD_RANK");
-      std::cerr << "train_mlp: job " << job << " (world " << world << ")"
-                << (asked != nullptr && *asked ? absl::StrCat(", rank ", asked) : "")
+      // No rank was given yet: name the job, and the rank asked for when there was one (from
+      // the flags, else the ZEROD_* environment the session read them from).
+      auto env = [](const char* name) {
+        const char* value = std::getenv(name);
+        return std::string(value != nullptr ? value : "");
+      };
+      const std::string asked = env("ZEROD_RANK");
+      std::cerr << "train_mlp: job " << (job.empty() ? env("ZEROD_JOB") : job) << " (world "
+                << (world == 0 ? env("ZEROD_WORLD_SIZE") : std::to_string(world)) << ")"
+                << (asked.empty() ? "" : absl::StrCat(", rank ", asked))
                 << ": the session did not start: " << s.status().message() << std::endl;
       return 1;
     }
     session = *std::move(s);
     rank = session->rank();
     world = session->world_size();
+    if (device == "cpu") {
+      std::printf("rank %ld of %ld: peers reach it at %s\n", static_cast<long>(rank),
+                  static_cast<long>(world), session->PeerAddress().c_str());
+    }
     absl::StatusOr<engine::ZeroEngine*> created = session->CreateEngine(engine_options);
     if (!created.ok()) return Fail(rank, created.status());
     e = *created;

@@ -21,6 +21,10 @@ inline constexpr char kViewerTokenMetadata[] = "zerod-viewer-token";
 // port). A follower drops these keys from what its callers send.
 inline constexpr char kClusterSecretMetadata[] = "zerod-cluster-secret";
 inline constexpr char kForwardedViaMetadata[] = "zerod-forwarded-via";
+// Also added by a follower: the host its node is reached at (its --advertise or --listen host),
+// which the leader hands a rank that came through the follower's socket (JoinResponse's
+// node_address). Trusted only beside the cluster's secret.
+inline constexpr char kNodeAddressMetadata[] = "zerod-node-address";
 
 }  // namespace zerod::rpc
 

@@ -146,6 +146,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
   args.layout.assign(request->layout().begin(), request->layout().end());
   args.layout_digest = request->layout_digest();
   args.options = request->options();
+  // Where this rank's peers will reach it, when its node is known (the SDK's Gloo listens there).
+  response->set_node_address(auth::CallerNodeAddress(tokens_, *context, node_address_));
   auto join = [this, reactor, response, deadline = WaitDeadline(context, kLongestJoinWait)](
                   JoinArgs args, absl::Status allowed) {
     if (!allowed.ok()) {

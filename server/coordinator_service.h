@@ -6,6 +6,9 @@
 // (Join, Heartbeat, Leave, EndJob, RecordCheckpoint) needs the job's token or the admin's; GetPlan
 // and Watch are read-only views, open to whoever may connect.
 
+#include <string>
+#include <utility>
+
 #include "server/auth/job_tokens.h"
 #include "server/checkpoint_records.h"
 #include "server/job_registry.h"
@@ -15,9 +18,14 @@ namespace zerod::server {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  // `tokens`: null turns authentication off.
-  CoordinatorService(JobRegistry* registry, auth::JobTokens* tokens, CheckpointRecords* checkpoints)
-      : registry_(registry), tokens_(tokens), checkpoints_(checkpoints) {}
+  // `tokens`: null turns authentication off. `node_address`: the host other nodes reach this
+  // node at (DaemonOptions::node_address), handed to the ranks that join through the socket.
+  CoordinatorService(JobRegistry* registry, auth::JobTokens* tokens, CheckpointRecords* checkpoints,
+                     std::string node_address)
+      : registry_(registry),
+        tokens_(tokens),
+        checkpoints_(checkpoints),
+        node_address_(std::move(node_address)) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
@@ -47,6 +55,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   JobRegistry* const registry_;
   auth::JobTokens* const tokens_;
   CheckpointRecords* const checkpoints_;
+  const std::string node_address_;
 };
 
 // The deadline a server-side wait may use: the call's own deadline less a margin so that the

@@ -142,8 +142,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   const size_t recovered = d->registry_->ListJobs().size();
   log->info("state {} (revision {}): {} job(s) recovered", db, d->kv_->revision(), recovered);
 
-  d->coordinator_ = std::make_unique<CoordinatorService>(d->registry_.get(), d->tokens_.get(),
-                                                         d->checkpoints_.get());
+  d->coordinator_ = std::make_unique<CoordinatorService>(
+      d->registry_.get(), d->tokens_.get(), d->checkpoints_.get(), options.node_address);
   d->store_ = std::make_unique<StoreService>(d->kv_.get(), d->clock_.get(), d->registry_.get(),
                                              StoreLimitsOf(options), d->tokens_.get());
   d->inspect_ =

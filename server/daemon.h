@@ -61,6 +61,10 @@ struct DaemonOptions {
   bool claim_paths = true;
   // The cluster's secret (server/cluster/member.h): calls forwarded by a follower carry it.
   std::string cluster_secret;
+  // The host other nodes reach this node's ranks at (--node-address; else --advertise's host, or
+  // in a cluster the --listen host): ranks that join through the socket are told it, and their
+  // Gloo listens there. Empty: not told (they listen on ZEROD_GLOO_HOST, default 127.0.0.1).
+  std::string node_address;
   absl::Duration lease_ttl = absl::Seconds(10);
   absl::Duration restart_grace = absl::Seconds(10);
   Durability durability = Durability::kFull;

@@ -2,11 +2,13 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -61,6 +63,10 @@ int main(int argc, char** argv) {
   app.add_option("--advertise", cluster_options.advertise,
                  "HOST:PORT the other members of an etcd cluster reach this one at (default: the "
                  "bound --listen address, the host name for 0.0.0.0)");
+  app.add_option("--node-address", options.node_address,
+                 "HOST the ranks of this node are reached at by their peers on other nodes, told "
+                 "to the ranks that join through the socket (default: the host of --advertise; "
+                 "in an etcd cluster, else of --listen)");
   app.add_option("--lease-ttl", lease_ttl, "A rank without heartbeat this long is lost")
       ->capture_default_str();
   app.add_option("--restart-grace", restart_grace, "Extra lease time after a restart")
@@ -190,6 +196,14 @@ int main(int argc, char** argv) {
     options.durability = Durability::kNormal;
   } else {
     return UsageError("--sync: expected full or normal, got '" + sync + "'");
+  }
+  // A host name or an IP address, as Gloo resolves it (no port, no brackets).
+  if (options.node_address.size() > 253 ||
+      !std::all_of(options.node_address.begin(), options.node_address.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '.' || c == '-' || c == ':';
+      })) {
+    return UsageError("--node-address: expected a host name or an IP address, got '" +
+                      options.node_address.substr(0, 64) + "'");
   }
   auto max_bytes = zerod::ParseBytes(max_message);
   if (!max_bytes.ok() || *max_bytes > (int64_t{1} << 30)) {

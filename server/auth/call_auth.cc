@@ -49,4 +49,15 @@ absl::Status AuthorizeClusterMember(const JobTokens* tokens,
       "only the members of this zerod's cluster (zerods on its etcd prefix) may relay heartbeats");
 }
 
+std::string CallerNodeAddress(const JobTokens* tokens, const grpc::CallbackServerContext& context,
+                              const std::string& own_node_address) {
+  if (absl::StartsWith(context.peer(), "unix:")) return own_node_address;
+  if (Metadata(context, rpc::kForwardedViaMetadata) != "unix") return "";
+  if (tokens != nullptr &&
+      !tokens->IsClusterSecret(Metadata(context, rpc::kClusterSecretMetadata))) {
+    return "";
+  }
+  return Metadata(context, rpc::kNodeAddressMetadata);
+}
+
 }  // namespace zerod::server::auth

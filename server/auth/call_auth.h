@@ -32,6 +32,13 @@ absl::Status AuthorizeView(const JobTokens* tokens, const grpc::CallbackServerCo
 absl::Status AuthorizeClusterMember(const JobTokens* tokens,
                                     const grpc::CallbackServerContext& context);
 
+// The address the caller's node is reached at, when this daemon can know it: `own_node_address`
+// for a caller of this daemon's Unix socket (it runs on this node), the one a follower relayed
+// (beside the cluster's secret) for a caller of that follower's socket; empty for a TCP caller,
+// which may run anywhere.
+std::string CallerNodeAddress(const JobTokens* tokens, const grpc::CallbackServerContext& context,
+                              const std::string& own_node_address);
+
 }  // namespace zerod::server::auth
 
 #endif  // ZEROD_SERVER_AUTH_CALL_AUTH_H_

@@ -40,6 +40,18 @@ std::string Advertised(const std::string& listen, int port) {
   return absl::StrCat(host, ":", port);
 }
 
+// The host other nodes reach this node at, for its ranks' peer connections: `advertise`'s host,
+// else `listen`'s (the host name for a wildcard), without an IPv6 literal's brackets.
+std::string NodeHost(const std::string& advertise, const std::string& listen) {
+  const std::string& endpoint = advertise.empty() ? listen : advertise;
+  std::string host = endpoint.substr(0, endpoint.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") return HostName();
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
 // Whether an etcd call may succeed when made again: no member answered yet (a cluster still
 // starting, a member being replaced).
 bool Transient(const absl::Status& s) {
@@ -69,8 +81,12 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Start(const DaemonOptions& optio
   if (named.node.empty()) named.node = HostName();
   DaemonOptions daemon_options = options;
   if (options.store == "sqlite") {
+    // One node: its ranks are told an address only when the operator gave one.
+    if (daemon_options.node_address.empty() && !cluster.advertise.empty()) {
+      daemon_options.node_address = NodeHost(cluster.advertise, "");
+    }
     std::unique_ptr<Member> m(new Member(daemon_options, named, std::move(role_changed)));
-    auto daemon = Daemon::Start(options);
+    auto daemon = Daemon::Start(daemon_options);
     if (!daemon.ok()) return daemon.status();
     MutexLock lock(&m->mu_);
     m->daemon_ = *std::move(daemon);
@@ -98,6 +114,9 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Start(const DaemonOptions& optio
   if (!secret.ok()) return secret.status();
   daemon_options.cluster_secret = *secret;
   daemon_options.claim_paths = false;
+  if (daemon_options.node_address.empty()) {
+    daemon_options.node_address = NodeHost(cluster.advertise, options.listen_address);
+  }
   std::unique_ptr<Member> m(new Member(daemon_options, named, std::move(role_changed)));
   m->etcd_ = *etcd;
   auto data_lock = ClaimDataDir(options.data_dir);
@@ -232,7 +251,8 @@ absl::Status Member::Follow(const std::string& holder, const std::string& endpoi
     f.tcp_credentials = *tcp_credentials;
     f.leader_endpoint = endpoint;
     f.added_metadata = {{rpc::kClusterSecretMetadata, options_.cluster_secret},
-                        {rpc::kForwardedViaMetadata, via}};
+                        {rpc::kForwardedViaMetadata, via},
+                        {rpc::kNodeAddressMetadata, options_.node_address}};
     f.max_message_bytes = options_.max_message_bytes;
     f.local_services = {relay_services.back().get()};
     return ForwardingServer::Start(std::move(f));

@@ -40,8 +40,10 @@
 namespace zerod::server::cluster {
 
 struct ClusterOptions {
-  std::string node;       // this node's name in the claim and in messages (default: host name)
-  std::string advertise;  // HOST:PORT followers forward to (default: the bound --listen address)
+  std::string node;  // this node's name in the claim and in messages (default: host name)
+  // HOST:PORT followers forward to (default: the bound --listen address); its host is also the
+  // default of DaemonOptions::node_address.
+  std::string advertise;
 };
 
 class Member {

@@ -55,6 +55,15 @@ ProcessResult ZerodHarness::StartRefused(const std::vector<std::string>& extra_f
   return result;  // a daemon still running is killed here
 }
 
+bool Eventually(const std::function<bool()>& condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return true;
+}
+
 void ZerodHarness::Signal(int sig) { daemon_->Signal(sig); }
 
 void ZerodHarness::Crash() {

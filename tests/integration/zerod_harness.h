@@ -3,10 +3,12 @@
 
 // Starts the real zerod binary on a temp socket and data dir, and real rank processes.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/process.h"
@@ -63,6 +65,9 @@ class ZerodHarness {
 // ZEROD_TEST_BUILD_DIR set, the same file under that folder instead: a build carried to another
 // machine, as scripts/gpu-check.sh does.
 std::string Built(const std::string& path);
+
+// Polls `condition` every 50 ms until it holds (true) or `timeout` has passed (false).
+bool Eventually(const std::function<bool()>& condition, absl::Duration timeout);
 
 // train_mlp's summary: the last JSON line with a final_loss, possibly behind zerorun's
 // "[rank 0] " prefix.
