@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -248,9 +249,67 @@ void GlooCommunicator::Abort(const absl::Status& why) {
   // peer that resumed write into memory its owner had freed. The transport goes first; the
   // collective thread then finishes that op as soon as it leaves Gloo.
   CloseConnections();
+  // Gloo does not wake a send (or receive) already waiting on a pair it closed: the collective in
+  // flight would sleep until its timeout. Nothing can move through the closed pairs now.
+  leads_.AbortWaits();
+  {
+    MutexLock lock(&mu_);
+    for (gloo::transport::UnboundBuffer* buffer : watched_) {
+      buffer->abortWaitSend();
+      buffer->abortWaitRecv();
+    }
+  }
   // Never started: Gloo never saw their buffers.
   for (auto& op : pending) op->Finish(cause);
 }
+
+void GlooCommunicator::Watch(gloo::transport::UnboundBuffer* buffer) {
+  MutexLock lock(&mu_);
+  if (!aborted_.ok()) throw std::runtime_error(std::string(aborted_.message()));
+  watched_.push_back(buffer);
+}
+
+void GlooCommunicator::Unwatch(gloo::transport::UnboundBuffer* buffer) {
+  MutexLock lock(&mu_);
+  watched_.erase(std::remove(watched_.begin(), watched_.end(), buffer), watched_.end());
+}
+
+namespace {
+
+// Registers a ring's buffers with GlooCommunicator::Watch for their lifetime, and turns an
+// aborted wait (false) into the exception that fails the collective.
+class WatchedBuffers {
+ public:
+  WatchedBuffers(std::function<void(gloo::transport::UnboundBuffer*)> watch,
+                 std::function<void(gloo::transport::UnboundBuffer*)> unwatch,
+                 std::vector<gloo::transport::UnboundBuffer*> buffers)
+      : unwatch_(std::move(unwatch)) {
+    try {
+      for (gloo::transport::UnboundBuffer* b : buffers) {
+        watch(b);  // throws when the communicator was aborted already
+        buffers_.push_back(b);
+      }
+    } catch (...) {
+      for (gloo::transport::UnboundBuffer* b : buffers_) unwatch_(b);
+      throw;
+    }
+  }
+  ~WatchedBuffers() {
+    for (gloo::transport::UnboundBuffer* b : buffers_) unwatch_(b);
+  }
+  WatchedBuffers(const WatchedBuffers&) = delete;
+  WatchedBuffers& operator=(const WatchedBuffers&) = delete;
+
+ private:
+  std::function<void(gloo::transport::UnboundBuffer*)> unwatch_;
+  std::vector<gloo::transport::UnboundBuffer*> buffers_;
+};
+
+void Waited(bool completed, const char* what) {
+  if (!completed) throw std::runtime_error(absl::StrCat("the ring's ", what, " was aborted"));
+}
+
+}  // namespace
 
 std::map<std::string, int64_t> GlooCommunicator::BytesSent() const {
   MutexLock lock(&mu_);
@@ -352,6 +411,8 @@ void GlooCommunicator::RingReduceScatter(char* data, const internal::Chunks& chu
   std::vector<char> scratch(chunks.max_bytes());
   auto whole = context_->createUnboundBuffer(data, chunks.total_bytes());
   auto incoming = context_->createUnboundBuffer(scratch.data(), scratch.size());
+  const WatchedBuffers watched([this](auto* b) { Watch(b); }, [this](auto* b) { Unwatch(b); },
+                               {whole.get(), incoming.get()});
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const auto timeout = Millis(options_.timeout);
@@ -364,8 +425,8 @@ void GlooCommunicator::RingReduceScatter(char* data, const internal::Chunks& chu
     const size_t send_bytes = chunks.bytes(send_chunk), recv_bytes = chunks.bytes(recv_chunk);
     if (recv_bytes > 0) incoming->recv(prev, slot, 0, recv_bytes);
     if (send_bytes > 0) whole->send(next, slot, chunks.offset(send_chunk), send_bytes);
-    if (recv_bytes > 0) incoming->waitRecv(timeout);
-    if (send_bytes > 0) whole->waitSend(timeout);
+    if (recv_bytes > 0) Waited(incoming->waitRecv(timeout), "receive");
+    if (send_bytes > 0) Waited(whole->waitSend(timeout), "send");
     char* target = data + chunks.offset(recv_chunk);
     internal::ElementSum(dtype, target, target, scratch.data(),
                          recv_bytes / static_cast<size_t>(chunks.element_bytes));
@@ -375,6 +436,8 @@ void GlooCommunicator::RingReduceScatter(char* data, const internal::Chunks& chu
 void GlooCommunicator::RingAllGather(char* data, const internal::Chunks& chunks) {
   const int64_t w = world_size_, r = rank_;
   auto whole = context_->createUnboundBuffer(data, chunks.total_bytes());
+  const WatchedBuffers watched([this](auto* b) { Watch(b); }, [this](auto* b) { Unwatch(b); },
+                               {whole.get()});
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const auto timeout = Millis(options_.timeout);
@@ -385,8 +448,8 @@ void GlooCommunicator::RingAllGather(char* data, const internal::Chunks& chunks)
     const size_t send_bytes = chunks.bytes(send_chunk), recv_bytes = chunks.bytes(recv_chunk);
     if (recv_bytes > 0) whole->recv(prev, slot, chunks.offset(recv_chunk), recv_bytes);
     if (send_bytes > 0) whole->send(next, slot, chunks.offset(send_chunk), send_bytes);
-    if (recv_bytes > 0) whole->waitRecv(timeout);
-    if (send_bytes > 0) whole->waitSend(timeout);
+    if (recv_bytes > 0) Waited(whole->waitRecv(timeout), "receive");
+    if (send_bytes > 0) Waited(whole->waitSend(timeout), "send");
   }
 }
 

@@ -22,9 +22,12 @@
 // them. Creating one ignores SIGPIPE in the process if nothing handles it (Gloo's writes raise
 // it on a connection the peer closed).
 
+#include <gloo/transport/unbound_buffer.h>
+
 #include <deque>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
@@ -96,6 +99,10 @@ class GlooCommunicator final : public Communicator {
   void SumInRankOrder(char* out, const char* mine, int64_t count, DType dtype);
   // Rings over the world chunks of `data` (chunks.h): reduce-scatter leaves rank r's chunk holding
   // the sum of every rank's, all-gather sends each rank's chunk to every other.
+  // A ring's buffers are woken by Abort while registered here (see LeadExchange::AbortWaits for
+  // why): Watch throws when the communicator was aborted already, Unwatch before they go.
+  void Watch(gloo::transport::UnboundBuffer* buffer);
+  void Unwatch(gloo::transport::UnboundBuffer* buffer);
   void RingReduceScatter(char* data, const internal::Chunks& chunks, DType dtype);
   void RingAllGather(char* data, const internal::Chunks& chunks);
 
@@ -108,6 +115,7 @@ class GlooCommunicator final : public Communicator {
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Op>> queue_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
+  std::vector<gloo::transport::UnboundBuffer*> watched_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // A thread (the collective thread, or a caller in RunOrWait) is running a collective: one at a
   // time, in call order, as a Gloo context requires.

@@ -148,6 +148,15 @@ void LeadExchange::PostReceives(int64_t sequence) {
   posted_sequence_ = sequence;
 }
 
+void LeadExchange::AbortWaits() {
+  for (auto& p : slots_) {
+    for (int i = 0; i < 2; ++i) {
+      p->out_buffer[i]->abortWaitSend();
+      p->in_buffer[i]->abortWaitRecv();
+    }
+  }
+}
+
 void LeadExchange::WaitSends(Peer& p, int parity, const CollectiveDescriptor& of) {
   for (; p.sends[parity] > 0; --p.sends[parity]) {
     if (!p.out_buffer[parity]->waitSend(timeout_)) {

@@ -107,6 +107,10 @@ class LeadExchange {
   // The last Exchange's payloads are no longer needed: posts the receives of the next
   // collective's leads, so that peers can send them the moment they get there.
   void Release();
+  // Wakes every wait on a lead, now or next (it returns false, and the exchange throws). Gloo
+  // leaves a send that waits for its peer's receive asleep when the pair closes under it, until
+  // the collective timeout; the owner calls this after closing the transport. Any thread.
+  void AbortWaits();
 
  private:
   struct Peer;
