@@ -1,5 +1,6 @@
 // zerod: the coordinator daemon. See README.md ("Running zerod").
 
+#include <arpa/inet.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
   app.add_option("--node-address", options.node_address,
                  "HOST the ranks of this node are reached at by their peers on other nodes, told "
                  "to the ranks that join through the socket (default: the host of --advertise; "
-                 "in an etcd cluster, else of --listen)");
+                 "in an etcd cluster, else of --listen unless it is a wildcard)");
   app.add_option("--lease-ttl", lease_ttl, "A rank without heartbeat this long is lost")
       ->capture_default_str();
   app.add_option("--restart-grace", restart_grace, "Extra lease time after a restart")
@@ -197,11 +198,15 @@ int main(int argc, char** argv) {
   } else {
     return UsageError("--sync: expected full or normal, got '" + sync + "'");
   }
-  // A host name or an IP address, as Gloo resolves it (no port, no brackets).
+  // A host name or an IP address, as Gloo resolves it (no port, no brackets: a colon only in an
+  // IPv6 address).
+  in6_addr ipv6{};
   if (options.node_address.size() > 253 ||
-      !std::all_of(options.node_address.begin(), options.node_address.end(), [](char c) {
-        return absl::ascii_isalnum(c) || c == '.' || c == '-' || c == ':';
-      })) {
+      !std::all_of(
+          options.node_address.begin(), options.node_address.end(),
+          [](char c) { return absl::ascii_isalnum(c) || c == '.' || c == '-' || c == ':'; }) ||
+      (absl::StrContains(options.node_address, ':') &&
+       inet_pton(AF_INET6, options.node_address.c_str(), &ipv6) != 1)) {
     return UsageError("--node-address: expected a host name or an IP address, got '" +
                       options.node_address.substr(0, 64) + "'");
   }

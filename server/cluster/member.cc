@@ -41,11 +41,13 @@ std::string Advertised(const std::string& listen, int port) {
 }
 
 // The host other nodes reach this node at, for its ranks' peer connections: `advertise`'s host,
-// else `listen`'s (the host name for a wildcard), without an IPv6 literal's brackets.
+// else `listen`'s, without an IPv6 literal's brackets. Empty for a wildcard: the host name is no
+// safe guess (Debian maps it to 127.0.1.1), so such a node's ranks are told nothing and listen on
+// ZEROD_GLOO_HOST or 127.0.0.1, unless --node-address says.
 std::string NodeHost(const std::string& advertise, const std::string& listen) {
   const std::string& endpoint = advertise.empty() ? listen : advertise;
   std::string host = endpoint.substr(0, endpoint.rfind(':'));
-  if (host.empty() || host == "0.0.0.0" || host == "[::]") return HostName();
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "[::0]") return "";
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
@@ -116,6 +118,10 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Start(const DaemonOptions& optio
   daemon_options.claim_paths = false;
   if (daemon_options.node_address.empty()) {
     daemon_options.node_address = NodeHost(cluster.advertise, options.listen_address);
+  }
+  if (!daemon_options.node_address.empty()) {
+    Logger("cluster")->info("this node's ranks listen for their peers at {} (--node-address)",
+                            daemon_options.node_address);
   }
   std::unique_ptr<Member> m(new Member(daemon_options, named, std::move(role_changed)));
   m->etcd_ = *etcd;

@@ -58,7 +58,9 @@ class NamespacePair {
         {ip, "-n", names_[0], "link", "set", a, "up"},
         {ip, "-n", names_[1], "link", "set", b, "up"},
         {ip, "-n", names_[0], "link", "set", "lo", "up"},
-        {ip, "-n", names_[1], "link", "set", "lo", "up"}};
+        {ip, "-n", names_[1], "link", "set", "lo", "up"},
+        // What the ranks are started with (it remounts /sys, which some containers refuse).
+        {ip, "netns", "exec", names_[0], "/bin/true"}};
     for (const auto& command : commands) {
       const ProcessResult r = RunProcess(command);
       if (r.exit_code != 0) {

@@ -101,8 +101,8 @@ class GlooCommunicator final : public Communicator {
   // the sum of every rank's, all-gather sends each rank's chunk to every other.
   // A ring's buffers are woken by Abort while registered here (see LeadExchange::AbortWaits for
   // why): Watch throws when the communicator was aborted already, Unwatch before they go.
-  void Watch(gloo::transport::UnboundBuffer* buffer);
-  void Unwatch(gloo::transport::UnboundBuffer* buffer);
+  void Watch(gloo::transport::UnboundBuffer* buffer) ABSL_LOCKS_EXCLUDED(mu_);
+  void Unwatch(gloo::transport::UnboundBuffer* buffer) ABSL_LOCKS_EXCLUDED(mu_);
   void RingReduceScatter(char* data, const internal::Chunks& chunks, DType dtype);
   void RingAllGather(char* data, const internal::Chunks& chunks);
 
