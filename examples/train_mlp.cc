@@ -290,13 +290,9 @@ int main(int argc, char** argv) {
     if (!s.ok()) {
       // No rank was given yet: name the job, and the rank asked for when there was one (from
       // the flags, else the ZEROD_* environment the session read them from).
-      auto env = [](const char* name) {
-        const char* value = std::getenv(name);
-        return std::string(value != nullptr ? value : "");
-      };
-      const std::string asked = env("ZEROD_RANK");
-      std::cerr << "train_mlp: job " << (job.empty() ? env("ZEROD_JOB") : job) << " (world "
-                << (world == 0 ? env("ZEROD_WORLD_SIZE") : std::to_string(world)) << ")"
+      const std::string asked = client::Env("ZEROD_RANK");
+      std::cerr << "train_mlp: job " << (job.empty() ? client::Env("ZEROD_JOB") : job) << " (world "
+                << (world == 0 ? client::Env("ZEROD_WORLD_SIZE") : std::to_string(world)) << ")"
                 << (asked.empty() ? "" : absl::StrCat(", rank ", asked))
                 << ": the session did not start: " << s.status().message() << std::endl;
       return 1;

@@ -33,11 +33,17 @@ std::string HostName() {
   return host;
 }
 
+// An endpoint's host ("[::1]" of "[::1]:7420"), and whether it is a wildcard that names no one
+// address, which the two functions below each replace in their own way.
+std::string HostOf(const std::string& endpoint) { return endpoint.substr(0, endpoint.rfind(':')); }
+bool IsWildcard(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "[::0]";
+}
+
 // The address other members reach `listen`'s bound `port` at.
 std::string Advertised(const std::string& listen, int port) {
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = HostName();
-  return absl::StrCat(host, ":", port);
+  const std::string host = HostOf(listen);
+  return absl::StrCat(IsWildcard(host) ? HostName() : host, ":", port);
 }
 
 // The host other nodes reach this node at, for its ranks' peer connections: `advertise`'s host,
@@ -45,9 +51,8 @@ std::string Advertised(const std::string& listen, int port) {
 // safe guess (Debian maps it to 127.0.1.1), so such a node's ranks are told nothing and listen on
 // ZEROD_GLOO_HOST or 127.0.0.1, unless --node-address says.
 std::string NodeHost(const std::string& advertise, const std::string& listen) {
-  const std::string& endpoint = advertise.empty() ? listen : advertise;
-  std::string host = endpoint.substr(0, endpoint.rfind(':'));
-  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "[::0]") return "";
+  std::string host = HostOf(advertise.empty() ? listen : advertise);
+  if (IsWildcard(host)) return "";
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }

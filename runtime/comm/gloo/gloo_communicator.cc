@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -263,48 +262,32 @@ void GlooCommunicator::Abort(const absl::Status& why) {
   for (auto& op : pending) op->Finish(cause);
 }
 
-void GlooCommunicator::Watch(gloo::transport::UnboundBuffer* buffer) {
-  MutexLock lock(&mu_);
-  if (!aborted_.ok()) throw std::runtime_error(std::string(aborted_.message()));
-  watched_.push_back(buffer);
-}
-
-void GlooCommunicator::Unwatch(gloo::transport::UnboundBuffer* buffer) {
-  MutexLock lock(&mu_);
-  watched_.erase(std::remove(watched_.begin(), watched_.end(), buffer), watched_.end());
-}
-
-namespace {
-
-// Registers a ring's buffers with GlooCommunicator::Watch for their lifetime, and turns an
-// aborted wait (false) into the exception that fails the collective.
-class WatchedBuffers {
+class GlooCommunicator::WatchedBuffers {
  public:
-  WatchedBuffers(std::function<void(gloo::transport::UnboundBuffer*)> watch,
-                 std::function<void(gloo::transport::UnboundBuffer*)> unwatch,
-                 std::vector<gloo::transport::UnboundBuffer*> buffers)
-      : unwatch_(std::move(unwatch)) {
-    try {
-      for (gloo::transport::UnboundBuffer* b : buffers) {
-        watch(b);  // throws when the communicator was aborted already
-        buffers_.push_back(b);
-      }
-    } catch (...) {
-      for (gloo::transport::UnboundBuffer* b : buffers_) unwatch_(b);
-      throw;
-    }
+  WatchedBuffers(GlooCommunicator& owner, std::vector<gloo::transport::UnboundBuffer*> buffers)
+      : owner_(owner), buffers_(std::move(buffers)) {
+    MutexLock lock(&owner_.mu_);
+    if (!owner_.aborted_.ok()) throw std::runtime_error(std::string(owner_.aborted_.message()));
+    owner_.watched_.insert(owner_.watched_.end(), buffers_.begin(), buffers_.end());
   }
   ~WatchedBuffers() {
-    for (gloo::transport::UnboundBuffer* b : buffers_) unwatch_(b);
+    MutexLock lock(&owner_.mu_);
+    std::vector<gloo::transport::UnboundBuffer*>& watched = owner_.watched_;
+    for (gloo::transport::UnboundBuffer* b : buffers_) {
+      watched.erase(std::remove(watched.begin(), watched.end(), b), watched.end());
+    }
   }
   WatchedBuffers(const WatchedBuffers&) = delete;
   WatchedBuffers& operator=(const WatchedBuffers&) = delete;
 
  private:
-  std::function<void(gloo::transport::UnboundBuffer*)> unwatch_;
-  std::vector<gloo::transport::UnboundBuffer*> buffers_;
+  GlooCommunicator& owner_;
+  const std::vector<gloo::transport::UnboundBuffer*> buffers_;
 };
 
+namespace {
+
+// A ring's wait that Abort woke (false) fails the collective.
 void Waited(bool completed, const char* what) {
   if (!completed) throw std::runtime_error(absl::StrCat("the ring's ", what, " was aborted"));
 }
@@ -411,8 +394,7 @@ void GlooCommunicator::RingReduceScatter(char* data, const internal::Chunks& chu
   std::vector<char> scratch(chunks.max_bytes());
   auto whole = context_->createUnboundBuffer(data, chunks.total_bytes());
   auto incoming = context_->createUnboundBuffer(scratch.data(), scratch.size());
-  const WatchedBuffers watched([this](auto* b) { Watch(b); }, [this](auto* b) { Unwatch(b); },
-                               {whole.get(), incoming.get()});
+  const WatchedBuffers watched(*this, {whole.get(), incoming.get()});
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const auto timeout = Millis(options_.timeout);
@@ -436,8 +418,7 @@ void GlooCommunicator::RingReduceScatter(char* data, const internal::Chunks& chu
 void GlooCommunicator::RingAllGather(char* data, const internal::Chunks& chunks) {
   const int64_t w = world_size_, r = rank_;
   auto whole = context_->createUnboundBuffer(data, chunks.total_bytes());
-  const WatchedBuffers watched([this](auto* b) { Watch(b); }, [this](auto* b) { Unwatch(b); },
-                               {whole.get()});
+  const WatchedBuffers watched(*this, {whole.get()});
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const auto timeout = Millis(options_.timeout);

@@ -99,10 +99,10 @@ class GlooCommunicator final : public Communicator {
   void SumInRankOrder(char* out, const char* mine, int64_t count, DType dtype);
   // Rings over the world chunks of `data` (chunks.h): reduce-scatter leaves rank r's chunk holding
   // the sum of every rank's, all-gather sends each rank's chunk to every other.
-  // A ring's buffers are woken by Abort while registered here (see LeadExchange::AbortWaits for
-  // why): Watch throws when the communicator was aborted already, Unwatch before they go.
-  void Watch(gloo::transport::UnboundBuffer* buffer) ABSL_LOCKS_EXCLUDED(mu_);
-  void Unwatch(gloo::transport::UnboundBuffer* buffer) ABSL_LOCKS_EXCLUDED(mu_);
+  // A ring's buffers, which Abort wakes while they are registered (see LeadExchange::AbortWaits
+  // for why): registered for the object's lifetime; the constructor throws when the communicator
+  // was aborted already.
+  class WatchedBuffers;
   void RingReduceScatter(char* data, const internal::Chunks& chunks, DType dtype);
   void RingAllGather(char* data, const internal::Chunks& chunks);
 
