@@ -133,9 +133,10 @@ template <typename Stub, typename Request, typename Response>
 absl::StatusOr<Response> CoordinatorClient::Unary(
     const char* what, absl::Duration timeout, Stub& stub,
     grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-    const Request& request, absl::Time not_before) {
+    const Request& request, absl::Time not_before, absl::Duration max_backoff) {
   thread_local std::mt19937_64 rng(std::random_device{}());
-  absl::Duration backoff = absl::Milliseconds(50);
+  max_backoff = std::max(max_backoff, absl::Milliseconds(10));  // never a busy loop
+  absl::Duration backoff = std::min(absl::Milliseconds(50), max_backoff);
   for (;;) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(std::max(absl::Now() + timeout, not_before)));
@@ -160,11 +161,11 @@ absl::StatusOr<Response> CoordinatorClient::Unary(
           what, ": zerod at ", endpoint_, " unavailable for ",
           absl::FormatDuration(options_.retry_for), ": ", status.error_message(), TlsHint()));
     }
-    // Full jitter: sleep uniformly in [backoff/2, backoff], doubling up to 2 s.
+    // Full jitter: sleep uniformly in [backoff/2, backoff], doubling up to max_backoff.
     std::uniform_int_distribution<int64_t> jitter(absl::ToInt64Microseconds(backoff) / 2,
                                                   absl::ToInt64Microseconds(backoff));
     absl::SleepFor(std::min(absl::Microseconds(jitter(rng)), give_up - absl::Now()));
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+    backoff = std::min(backoff * 2, max_backoff);
   }
 }
 
@@ -236,7 +237,8 @@ absl::StatusOr<v1::PlanInputs> CoordinatorClient::GetPlan(const std::string& job
 
 absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(const std::string& job_id,
                                                                    int64_t rank, int64_t generation,
-                                                                   const HeartbeatReport& report) {
+                                                                   const HeartbeatReport& report,
+                                                                   absl::Duration max_backoff) {
   v1::HeartbeatRequest request;
   request.set_job_id(job_id);
   request.set_rank(rank);
@@ -245,7 +247,7 @@ absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(const std::st
   request.mutable_memory_bytes()->insert(report.memory_bytes.begin(), report.memory_bytes.end());
   request.mutable_comm_bytes()->insert(report.comm_bytes.begin(), report.comm_bytes.end());
   return Unary("heartbeat", options_.call_timeout, *coordinator_, &v1::Coordinator::Stub::Heartbeat,
-               request);
+               request, absl::InfinitePast(), max_backoff);
 }
 
 absl::StatusOr<int64_t> CoordinatorClient::Leave(const std::string& job_id, int64_t rank) {
@@ -293,7 +295,8 @@ void CoordinatorClient::StartHeartbeats(
     MutexLock lock(&heartbeat_mu_);
     while (!heartbeat_stop_) {
       heartbeat_mu_.Unlock();
-      auto reply = Heartbeat(job_id, rank, generation, report ? report() : HeartbeatReport{});
+      auto reply =
+          Heartbeat(job_id, rank, generation, report ? report() : HeartbeatReport{}, interval);
       if (on_reply) on_reply(reply);
       heartbeat_mu_.Lock();
       heartbeat_mu_.AwaitWithTimeout(stopped, interval);

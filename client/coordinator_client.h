@@ -92,6 +92,9 @@ class CoordinatorClient {
  public:
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(ClientOptions options);
   ~CoordinatorClient();
+  // The longest wait between two tries of a call that found the daemon unavailable.
+  static constexpr absl::Duration kMaxRetryBackoff = absl::Seconds(2);
+
   CoordinatorClient(const CoordinatorClient&) = delete;
   CoordinatorClient& operator=(const CoordinatorClient&) = delete;
 
@@ -100,9 +103,12 @@ class CoordinatorClient {
   // Joins and waits up to `wait` for the job to form; verifies the plan digest locally.
   absl::StatusOr<Membership> Join(const JoinOptions& options, absl::Duration wait);
   absl::StatusOr<v1::PlanInputs> GetPlan(const std::string& job_id);
+  // Retried on UNAVAILABLE as every call is, but never waiting more than `max_backoff` between
+  // tries: StartHeartbeats passes its interval, so a rank is heard within one interval of its
+  // daemon's return rather than after a backoff that may outlast its lease.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id, int64_t rank,
-                                                  int64_t generation,
-                                                  const HeartbeatReport& report);
+                                                  int64_t generation, const HeartbeatReport& report,
+                                                  absl::Duration max_backoff = kMaxRetryBackoff);
   absl::StatusOr<int64_t> Leave(const std::string& job_id, int64_t rank);
   absl::Status EndJob(const std::string& job_id);
   // Records a state of one of the job's checkpoints (record.job_id() names the job); returns the
@@ -160,13 +166,15 @@ class CoordinatorClient {
 
   // One unary RPC: `method` of `stub` with `request`, each attempt under a fresh context whose
   // deadline is `timeout` from the attempt's start (but not before `not_before`), retried on
-  // UNAVAILABLE with backoff until options_.retry_for has passed. `what` names the call in errors.
+  // UNAVAILABLE with backoff (doubling up to `max_backoff`) until options_.retry_for has passed.
+  // `what` names the call in errors.
   template <typename Stub, typename Request, typename Response>
   absl::StatusOr<Response> Unary(const char* what, absl::Duration timeout, Stub& stub,
                                  grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
                                                               Response*),
                                  const Request& request,
-                                 absl::Time not_before = absl::InfinitePast());
+                                 absl::Time not_before = absl::InfinitePast(),
+                                 absl::Duration max_backoff = kMaxRetryBackoff);
 
   // When the daemon was first found unavailable in the current outage (the start of every
   // call's retry budget), and the end of it: an answer.

@@ -40,7 +40,9 @@ std::string NodeHost(int node) { return absl::StrCat("127.0.0.", node + 1); }
 class ZerodCluster {
  public:
   // Each daemon writes its TCP port (the leader's, or its forwarder's) to port_file(node).
-  ZerodCluster(EtcdCluster& etcd, const std::string& lease_ttl, const TempDir& files)
+  // `restart_grace`: what a new leader adds to the recovered leases (zerod's default is 10s).
+  ZerodCluster(EtcdCluster& etcd, const std::string& lease_ttl, const TempDir& files,
+               const std::string& restart_grace = "1s")
       : files_(files) {
     const std::string url = "etcd://" + absl::StrJoin(etcd.Endpoints(), ",") + "/zerod-test/";
     for (int node = 0; node < kNodes; ++node) {
@@ -49,7 +51,7 @@ class ZerodCluster {
           // the join and listen on for their peers.
           "--store", url, "--listen", absl::StrCat(NodeHost(node), ":0"), "--port-file",
           port_file(node), "--node", absl::StrCat("node-", node), "--lease-ttl", lease_ttl,
-          "--restart-grace", "1s"}));
+          "--restart-grace", restart_grace}));
     }
   }
   std::string port_file(int node) const { return absl::StrCat(files_.path(), "/port", node); }
@@ -179,7 +181,10 @@ TEST_F(Cluster, AKilledFollowersRanksAreDeclaredLostAndTheOthersAreToldWhich) {
 }
 
 TEST_F(Cluster, AKilledLeaderIsReplacedByAFollowerThatKeepsTheJobAndDeclaresItsRanksLost) {
-  ZerodCluster cluster(*etcd_, "2s", logs_);
+  // The surviving ranks must reach the new leader (itself, or the other follower once it follows
+  // again) within the lease and the grace the recovery gives them: 1s of grace lost a survivor
+  // now and then under the sanitizers on a loaded machine (rank 3, "rank 0, 1, 3 were lost").
+  ZerodCluster cluster(*etcd_, "2s", logs_, /*restart_grace=*/"3s");
   ASSERT_NO_FATAL_FAILURE(cluster.Start());
   auto ranks = StartRanks(cluster, "leader-dies", {"--stage", "2", "--steps", "1000000"}, logs_);
   WaitForStep(*ranks[5], 3);
