@@ -9,21 +9,24 @@
 // etcd (other daemons). revision() is etcd's revision. Damaged() is always empty: etcd checks its
 // own data (its backend and raft log carry their own checksums).
 //
-// Commit() is asynchronous; each transaction is one etcd Txn, so it is atomic. An add or a
-// compare-and-swap reads its keys from etcd (not the mirror), and the Txn is conditional on
-// their mod_revisions; when another writer got there first it reads again and retries. Every
-// Txn also writes this store's commit marker (a key outside the prefix holding the commit's
-// sequence number) and is conditional on the marker being as this store last wrote it, so a
-// retry after a reply that never came can tell whether the first attempt landed, and a
-// transaction is never applied twice. `done` runs once the commit's revision is in the mirror.
-// While no member answers, a commit retries for unavailable_for (then waits request_timeout for
-// a connection once more), then fails UNAVAILABLE naming the endpoints and saying whether the
-// transaction may have been applied; later commits fail after that one wait until etcd answers.
-// etcd's own limits apply to one transaction: --max-txn-ops (128 writes by default) and
+// Commit() is asynchronous; each transaction is one etcd Txn, so it is atomic. Commits queued
+// while one is in flight go together in the next Txn (group commit: one round trip and one raft
+// entry for up to 96 ops), each with the results it would have had alone, all at one revision;
+// when such a group fails for what may be one commit's fault, its commits run one by one. An add or
+// a compare-and-swap reads its keys from etcd (not the mirror), and the Txn is conditional on their
+// mod_revisions; when another writer got there first it reads again and retries. Every Txn also
+// writes this store's commit marker (a key outside the prefix holding the commit's sequence number)
+// and is conditional on the marker being as this store last wrote it, so a retry after a reply that
+// never came can tell whether the first attempt landed, and a transaction is never applied twice.
+// `done` runs once the commit's revision is in the mirror. While no member answers, a commit
+// retries for unavailable_for (then waits request_timeout for a connection once more), then fails
+// UNAVAILABLE naming the endpoints and saying whether the transaction may have been applied; later
+// commits fail after that one wait until etcd answers. etcd's own limits apply to one transaction:
+// --max-txn-ops (128 writes by default) and
 // --max-request-bytes (1.5 MiB); beyond them a commit fails INVALID_ARGUMENT naming the flag.
 //
-// Owns three threads: the committer (runs the queued transactions against etcd, one at a time,
-// in Commit order), the watch thread (reads the watch stream and applies it to the mirror; it
+// Owns three threads: the committer (runs the queued transactions against etcd, one group at a
+// time, in Commit order), the watch thread (reads the watch stream and applies it to the mirror; it
 // reconnects from the last revision it saw, and reloads the mirror when etcd compacted past it),
 // and the callback thread (runs watch callbacks under the watchers' lock, as SqliteKvStore does,
 // then the `done` callbacks of commits the mirror has caught up with, under no lock). The
@@ -115,6 +118,12 @@ class EtcdKvStore final : public KvStore {
   void Start();
 
   void CommitterLoop();
+  // The commits at the front of the queue that go to etcd as one Txn (group commit): the front
+  // one, and those behind it while the group stays within etcd's default limits.
+  std::vector<Pending> TakeGroup() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+  // Runs a group as one transaction, or each of its commits alone when the group failed for what
+  // may be one commit's fault; their outcomes in order.
+  std::vector<Applied> RunGroup(std::vector<Pending>& group);
   // Runs one transaction against etcd to the end: applied, failed, or given up on.
   // `event_revision`: the revision the watch must bring before `done` runs (0: none).
   absl::StatusOr<CommitResult> RunCommit(const std::vector<KvOp>& ops, int64_t* event_revision);

@@ -240,6 +240,95 @@ TEST_F(EtcdKvStoreTest, ConcurrentCommitsAreAllApplied) {
   EXPECT_EQ(kv->Get("counter")->value, absl::StrCat(kCommits));
 }
 
+// Commits queued behind one in flight go to etcd together (group commit): each keeps the results
+// it would have had alone, in order, and the group takes one revision.
+TEST_F(EtcdKvStoreTest, QueuedCommitsGoTogetherAndEachKeepsItsOwnResults) {
+  auto kv = Open(Options(cluster_->Endpoints()));
+  ASSERT_NE(kv, nullptr);
+  const int64_t before = kv->revision();
+  constexpr int kCommits = 300;
+  Mutex mu;
+  std::vector<absl::StatusOr<CommitResult>> results(kCommits, absl::UnknownError("not done"));
+  int done = 0;
+  for (int i = 0; i < kCommits; ++i) {
+    // An add on one counter, and every third commit also a put of its own key and a
+    // compare-and-swap that only the first of them wins.
+    std::vector<KvOp> ops = {KvOp::Add("counter", 1)};
+    if (i % 3 == 0) {
+      ops.push_back(KvOp::Put(absl::StrCat("own/", i), absl::StrCat(i)));
+      ops.push_back(KvOp::CompareAndSwap("first", std::nullopt, absl::StrCat(i)));
+    }
+    kv->Commit(std::move(ops), [&, i](absl::StatusOr<CommitResult> r) {
+      MutexLock lock(&mu);
+      results[i] = std::move(r);
+      ++done;
+    });
+  }
+  {
+    MutexLock lock(&mu);
+    mu.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == kCommits; });
+  }
+  std::set<int64_t> revisions;
+  for (int i = 0; i < kCommits; ++i) {
+    ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
+    const CommitResult& r = *results[i];
+    ASSERT_EQ(r.results.size(), i % 3 == 0 ? 3u : 1u) << i;
+    EXPECT_EQ(r.results[0].value, absl::StrCat(i + 1)) << i;  // as if one after another
+    if (i % 3 == 0) {
+      EXPECT_EQ(r.results[1].value, absl::StrCat(i));
+      EXPECT_EQ(r.results[2].applied, i == 0) << i;
+      EXPECT_EQ(r.results[2].value, "0") << i;
+    }
+    revisions.insert(r.revision);
+  }
+  EXPECT_EQ(kv->Get("counter")->value, absl::StrCat(kCommits));
+  EXPECT_EQ(kv->Range("own/").size(), static_cast<size_t>(kCommits / 3));
+  // Far fewer Txns than commits: all queued within microseconds, behind the first's round trip.
+  EXPECT_LT(revisions.size(), static_cast<size_t>(kCommits / 4));
+  EXPECT_EQ(kv->revision() - before, static_cast<int64_t>(revisions.size()));
+  // A fresh store reads the same.
+  auto fresh = Open(Options(cluster_->Endpoints()));
+  EXPECT_EQ(fresh->Get("counter")->value, absl::StrCat(kCommits));
+  EXPECT_EQ(fresh->Get("first")->value, "0");
+}
+
+// A commit that fails on its own (an add on a non-integer) fails alone, though it was queued
+// among others: they land.
+TEST_F(EtcdKvStoreTest, ACommitThatFailsInAGroupFailsAloneAndTheOthersLand) {
+  auto kv = Open(Options(cluster_->Endpoints()));
+  ASSERT_NE(kv, nullptr);
+  ASSERT_TRUE(kv->CommitSync({KvOp::Put("text", "hello")}).ok());
+  Mutex mu;
+  std::vector<absl::StatusOr<CommitResult>> results(5, absl::UnknownError("not done"));
+  int done = 0;
+  const std::vector<std::vector<KvOp>> commits = {{KvOp::Put("a", "1")},
+                                                  {KvOp::Add("n", 5)},
+                                                  {KvOp::Put("b", "2"), KvOp::Add("text", 1)},
+                                                  {KvOp::Add("n", 1)},
+                                                  {KvOp::Put("c", "3")}};
+  for (size_t i = 0; i < commits.size(); ++i) {
+    kv->Commit(commits[i], [&, i](absl::StatusOr<CommitResult> r) {
+      MutexLock lock(&mu);
+      results[i] = std::move(r);
+      ++done;
+    });
+  }
+  {
+    MutexLock lock(&mu);
+    mu.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == 5; });
+  }
+  for (size_t i : {0u, 1u, 3u, 4u}) EXPECT_TRUE(results[i].ok()) << i << results[i].status();
+  EXPECT_EQ(results[2].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(results[2].status().message(), HasSubstr("key 'text' holds 'hello'"));
+  EXPECT_EQ(results[3]->results[0].value, "6");
+  auto fresh = Open(Options(cluster_->Endpoints()));
+  EXPECT_EQ(fresh->Get("a")->value, "1");
+  EXPECT_FALSE(fresh->Get("b").has_value());  // the failed commit wrote nothing
+  EXPECT_EQ(fresh->Get("c")->value, "3");
+  EXPECT_EQ(fresh->Get("n")->value, "6");
+  EXPECT_EQ(fresh->Get("text")->value, "hello");
+}
+
 TEST_F(EtcdKvStoreTest, TwoStoresSeeEachOthersWritesAndLoseNoIncrement) {
   auto a = Open(Options(cluster_->Endpoints()));
   auto b = Open(Options(cluster_->Endpoints()));
