@@ -135,6 +135,7 @@ absl::Status CheckReport(const v1::HeartbeatRequest& req) {
 void Reform(Job& job, const JoinArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
   job.world_size = args.world_size;
   job.members.clear();
+  job.left_ranks = {};
   job.slots.Reset(args.world_size);
   job.options = args.options;
   job.layout_digest = args.layout_digest;
@@ -512,9 +513,14 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const v1::Heartbeat
   resp.set_generation(job->generation);
   resp.set_job_state(job->state);
   for (int64_t r : job->slots.lost()) resp.add_lost_ranks(r);
-  for (const auto& [r, other] : job->members) {
-    if (other.state == v1::MEMBER_LEFT) resp.add_left_ranks(r);
+  Job::LeftRanks& left = job->left_ranks;
+  if (left.generation != job->generation || left.state != job->state) {
+    left = {job->generation, job->state, {}};
+    for (const auto& [r, other] : job->members) {
+      if (other.state == v1::MEMBER_LEFT) left.ranks.push_back(r);
+    }
   }
+  resp.mutable_left_ranks()->Add(left.ranks.begin(), left.ranks.end());
   resp.set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   return resp;
 }

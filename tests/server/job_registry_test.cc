@@ -276,6 +276,37 @@ TEST_F(RegistryTest, LeavingAndEndingAreDurable) {
   EXPECT_EQ(registry_->Describe("llama")->summary().world_size(), 3);
 }
 
+// Every heartbeat names the ranks that left so far (the answer is kept per generation: each
+// leave must show in the next heartbeat), and a re-formed job starts with none.
+TEST_F(RegistryTest, HeartbeatsNameTheRanksThatLeftAfterEachLeave) {
+  ASSERT_EQ(Form(4).size(), 4u);
+  v1::HeartbeatRequest hb;
+  hb.set_job_id("llama");
+  hb.set_rank(0);
+  auto left_ranks = [&]() -> std::vector<int64_t> {
+    auto reply = registry_->Heartbeat(hb);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    if (!reply.ok()) return {-1};
+    return {reply->left_ranks().begin(), reply->left_ranks().end()};
+  };
+  auto leave = [&](int64_t rank) {
+    std::promise<absl::StatusOr<int64_t>> left;
+    registry_->Leave("llama", rank, [&](absl::StatusOr<int64_t> g) { left.set_value(g); });
+    ASSERT_TRUE(left.get_future().get().ok());
+  };
+  EXPECT_EQ(left_ranks(), std::vector<int64_t>{});
+  leave(2);
+  EXPECT_EQ(left_ranks(), std::vector<int64_t>{2});
+  EXPECT_EQ(left_ranks(), std::vector<int64_t>{2});
+  leave(1);
+  EXPECT_EQ(left_ranks(), (std::vector<int64_t>{1, 2}));
+  leave(3);
+  leave(0);
+  // Every rank left: the job ended, and re-forms with no one gone.
+  ASSERT_EQ(Form(2).size(), 2u);
+  EXPECT_EQ(left_ranks(), std::vector<int64_t>{});
+}
+
 // A sink that keeps what it is sent, for watch tests.
 class RecordingSink : public EventSink {
  public:
