@@ -10,8 +10,13 @@
 // machine, caches, the client's own channels): with both daemons --no-auth, always measuring A
 // first gave A x1.79 the join+plan time of B, which is no cost of anything.
 //
+// Heartbeats are a closed loop (one outstanding per rank, the most the daemon can take) unless
+// --interval D: then each rank heartbeats every D whatever the answers, as trainers do (open
+// loop; rank i's beats at i/N of the interval), and the rate asked, N/D, is printed beside the
+// rate served.
+//
 //   build/bin/coordinator_load --endpoint E[,E2,...] --job J --ranks N --seconds S [--stay]
-//       [--channels 8] [--daemon-pid P] [--peer-seconds 3] [--token T]
+//       [--channels 8] [--daemon-pid P] [--peer-seconds 3] [--token T] [--interval D]
 //       [--baseline-endpoint E2 [--rounds 4]]
 //
 // The last line is one JSON object.
@@ -53,6 +58,7 @@ struct Flags {
   std::string endpoint, job = "load", token, baseline_endpoint;
   int64_t ranks = 1024, channels = 8, daemon_pid = 0, rounds = 4;
   double seconds = 5, peer_seconds = 3;
+  double interval = 0;  // seconds between one rank's heartbeats; 0: closed loop
   bool stay = false;
 };
 
@@ -169,7 +175,7 @@ struct Spread {
 struct LoadResult {
   bool ok = false;
   double join_plan_s = 0, hb_rate = 0, hb_p50 = 0, hb_p99 = 0, leave_s = 0;
-  int64_t heartbeats = 0, heartbeat_errors = 0;
+  int64_t heartbeats = 0, heartbeat_errors = 0, leave_errors = 0;
   long rss_after_join = -1, rss_after_hb = -1;
 };
 
@@ -259,11 +265,16 @@ LoadResult RunLoad(const Flags& f, const std::vector<std::unique_ptr<v1::Coordin
   if (join_errors > 0) return result;
   const long rss_after_join = pid ? RssKib(pid) : -1;
 
-  // Phase 2: closed-loop heartbeats, one outstanding per rank.
+  // Phase 2: heartbeats, closed-loop (one outstanding per rank) or every --interval.
   Latencies heartbeat_latency;
   std::atomic<int64_t> heartbeats{0}, heartbeat_errors{0};
   const absl::Time hb_end = absl::Now() + absl::Seconds(f.seconds);
-  Countdown hb_done(f.ranks);
+  const bool open_loop = f.interval > 0;
+  // Closed loop: each rank's chain ends once. Open loop: every beat issued ends once (counted as
+  // they are issued, so the countdown starts at the largest number there can be).
+  const absl::Duration interval = absl::Seconds(f.interval);
+  const int64_t rounds = open_loop ? static_cast<int64_t>(f.seconds / f.interval) + 1 : 1;
+  Countdown hb_done(f.ranks * rounds);
   struct Beat {
     grpc::ClientContext context;
     v1::HeartbeatRequest request;
@@ -293,7 +304,7 @@ LoadResult RunLoad(const Flags& f, const std::vector<std::unique_ptr<v1::Coordin
             ++heartbeat_errors;
           }
           delete b;
-          if (now < hb_end) {
+          if (!open_loop && now < hb_end) {
             beat(i, step + 1);
           } else {
             hb_done.Done();
@@ -301,16 +312,38 @@ LoadResult RunLoad(const Flags& f, const std::vector<std::unique_ptr<v1::Coordin
         });
   };
   const absl::Time hb_start = absl::Now();
-  for (int64_t i = 0; i < f.ranks; ++i) beat(i, 1);
+  if (!open_loop) {
+    for (int64_t i = 0; i < f.ranks; ++i) beat(i, 1);
+  } else {
+    int64_t issued = 0;
+    for (int64_t round = 0; round < rounds; ++round) {
+      for (int64_t i = 0; i < f.ranks; ++i) {
+        const absl::Time due =
+            hb_start + interval * (static_cast<double>(round) +
+                                   static_cast<double>(i) / static_cast<double>(f.ranks));
+        if (due >= hb_end) break;
+        if (const absl::Duration early = due - absl::Now(); early > absl::Milliseconds(1)) {
+          absl::SleepFor(early);
+        }
+        beat(i, round + 1);
+        ++issued;
+      }
+    }
+    for (; issued < f.ranks * rounds; ++issued) hb_done.Done();  // never issued
+  }
   hb_done.WaitFor(absl::Seconds(f.seconds + 120));
   const double hb_seconds = absl::ToDoubleSeconds(absl::Now() - hb_start);
   const double hb_rate = static_cast<double>(heartbeats) / hb_seconds;
   const double hb_p50 = heartbeat_latency.PercentileMs(0.50);
   const double hb_p99 = heartbeat_latency.PercentileMs(0.99);
   const long rss_after_hb = pid ? RssKib(pid) : -1;
-  std::printf("%sheartbeats: %ld in %.2f s = %.0f/s (%ld errors), p50 %.2f ms, p99 %.2f ms\n",
+  std::printf("%sheartbeats: %ld in %.2f s = %.0f/s (%ld errors), p50 %.2f ms, p99 %.2f ms%s\n",
               label.c_str(), static_cast<long>(heartbeats.load()), hb_seconds, hb_rate,
-              static_cast<long>(heartbeat_errors.load()), hb_p50, hb_p99);
+              static_cast<long>(heartbeat_errors.load()), hb_p50, hb_p99,
+              open_loop ? absl::StrFormat(", %.0f/s asked (every rank every %.3g s)",
+                                          static_cast<double>(f.ranks) / f.interval, f.interval)
+                              .c_str()
+                        : "");
 
   // Phase 4: leave.
   double leave_s = 0;
@@ -325,6 +358,8 @@ LoadResult RunLoad(const Flags& f, const std::vector<std::unique_ptr<v1::Coordin
   if (!f.stay) {
     Countdown left(f.ranks);
     std::atomic<int64_t> leave_errors{0};
+    Mutex first_mu;
+    std::string first_leave_error;  // guarded by first_mu
     const absl::Time leave_start = absl::Now();
     for (int64_t i = 0; i < f.ranks; ++i) {
       struct Call {
@@ -339,7 +374,10 @@ LoadResult RunLoad(const Flags& f, const std::vector<std::unique_ptr<v1::Coordin
       call->request.set_rank(assigned[static_cast<size_t>(i)]);
       stubs[static_cast<size_t>(i % f.channels)]->async()->Leave(
           &call->context, &call->request, &call->response, [&, call](grpc::Status s) {
-            if (!s.ok()) ++leave_errors;
+            if (!s.ok() && leave_errors++ == 0) {
+              MutexLock lock(&first_mu);
+              first_leave_error = absl::StrCat(s.error_code(), " ", s.error_message());
+            }
             delete call;
             left.Done();
           });
@@ -347,8 +385,11 @@ LoadResult RunLoad(const Flags& f, const std::vector<std::unique_ptr<v1::Coordin
     left.WaitFor(absl::Seconds(300));
     leave_s = absl::ToDoubleSeconds(absl::Now() - leave_start);
     result.leave_s = leave_s;
-    std::printf("%sleave: %ld ranks in %.3f s (%ld errors)\n", label.c_str(),
-                static_cast<long>(f.ranks), leave_s, static_cast<long>(leave_errors.load()));
+    result.leave_errors = leave_errors.load();
+    MutexLock lock(&first_mu);
+    std::printf("%sleave: %ld ranks in %.3f s (%ld errors%s%s)\n", label.c_str(),
+                static_cast<long>(f.ranks), leave_s, static_cast<long>(leave_errors.load()),
+                first_leave_error.empty() ? "" : ", the first: ", first_leave_error.c_str());
   }
   result.ok = true;
   return result;
@@ -378,9 +419,17 @@ int main(int argc, char** argv) {
                  "alternating order")
       ->capture_default_str();
   app.add_flag("--stay", f.stay, "Exit without leaving (ranks are then lost by lease expiry)");
+  app.add_option("--interval", f.interval,
+                 "Seconds between one rank's heartbeats (open loop); 0: closed loop")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as zerod does
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (f.interval < 0 || (f.interval > 0 && f.seconds / f.interval > 1e6)) {
+    std::fprintf(stderr,
+                 "coordinator_load: --interval must be 0 or a positive part of --seconds\n");
+    return 2;
+  }
   if (f.ranks < 1 || f.channels < 1 || f.rounds < 1) {
     std::fprintf(stderr, "coordinator_load: --ranks, --channels and --rounds must be at least 1\n");
     return 2;
@@ -483,14 +532,16 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"ranks\": %ld, \"channels\": %ld, \"join_plan_s\": %.3f, \"heartbeats\": %ld, "
       "\"heartbeats_per_s\": %.0f, \"heartbeat_p50_ms\": %.3f, \"heartbeat_p99_ms\": %.3f, "
-      "\"heartbeat_errors\": %ld, \"peer_grpc_calls_per_s\": %.0f, \"leave_s\": %.3f, "
+      "\"heartbeat_errors\": %ld, \"heartbeat_interval_s\": %.3f, "
+      "\"peer_grpc_calls_per_s\": %.0f, \"leave_s\": %.3f, \"leave_errors\": %ld, "
       "\"daemon_rss_kib_after_join\": %ld, \"daemon_rss_kib\": %ld, "
       "\"auth_rounds\": %ld, \"auth_join_plan_ratio\": %.3f, \"auth_heartbeat_rate_ratio\": %.3f, "
       "\"auth_heartbeat_p99_ratio\": %.3f, \"auth_join_plan_ratio_median\": %.3f, "
       "\"auth_heartbeat_rate_ratio_median\": %.3f}\n",
       static_cast<long>(f.ranks), static_cast<long>(f.channels), join_plan_s,
       static_cast<long>(heartbeats.load()), hb_rate, hb_p50, hb_p99,
-      static_cast<long>(heartbeat_errors.load()), peer_rate, leave_s, rss_after_join, rss_after_hb,
+      static_cast<long>(heartbeat_errors.load()), f.interval, peer_rate, leave_s,
+      static_cast<long>(load.leave_errors), rss_after_join, rss_after_hb,
       static_cast<long>(join_ratio ? f.rounds : 0), join_ratio ? join_ratio->Mean() : 0.0,
       rate_ratio ? rate_ratio->Mean() : 0.0, p99_ratio ? p99_ratio->Mean() : 0.0,
       join_ratio ? join_ratio->Median() : 0.0, rate_ratio ? rate_ratio->Median() : 0.0);

@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     d->socket_lock_.emplace(*std::move(socket_lock));
   }
   StateStoreOptions state{.store = options.store,
+                          .etcd_max_txn_ops = options.etcd_max_txn_ops,
                           .data_dir = options.data_dir,
                           .durability = options.durability,
                           .reset_state = options.reset_state};

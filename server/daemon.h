@@ -56,6 +56,9 @@ struct DaemonOptions {
   std::string data_dir = "/var/lib/zerod";
   // Where the state lives (--store): "sqlite" (DATA_DIR/zerod.db) or "etcd://host:port,.../prefix".
   std::string store = "sqlite";
+  // etcd's --max-txn-ops (--etcd-max-txn-ops), so that the etcd store groups up to that many ops
+  // in one transaction.
+  int64_t etcd_max_txn_ops = 128;
   // Whether Start takes the data dir's and the socket's locks; false when the caller holds them
   // for longer than this daemon (a cluster member, which changes roles on the same paths).
   bool claim_paths = true;

@@ -58,6 +58,10 @@ int main(int argc, char** argv) {
                  "Where the state lives: sqlite (DATA_DIR/zerod.db) or "
                  "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (one zerod per prefix)")
       ->capture_default_str();
+  app.add_option("--etcd-max-txn-ops", options.etcd_max_txn_ops,
+                 "etcd's own --max-txn-ops: zerod groups up to 3/4 of it in ops in one "
+                 "transaction (raise both for large jobs: README \"zerod on etcd\")")
+      ->capture_default_str();
   zerod::server::cluster::ClusterOptions cluster_options;
   app.add_option("--node", cluster_options.node,
                  "This node's name in an etcd cluster (default: the host name)");
@@ -229,6 +233,7 @@ int main(int argc, char** argv) {
              Bounded{"--max-key-bytes", options.store_limits.max_key_bytes, 1, 65536},
              Bounded{"--max-store-keys", options.store_limits.max_keys_per_job, 1,
                      int64_t{1} << 40},
+             Bounded{"--etcd-max-txn-ops", options.etcd_max_txn_ops, 1, int64_t{1} << 30},
          }) {
       if (b.value < b.min || b.value > b.max) {
         return UsageError(std::string(b.flag) + ": expected " + std::to_string(b.min) + ".." +

@@ -345,10 +345,10 @@ void EtcdKvStore::CommitterLoop() {
 
 std::vector<EtcdKvStore::Pending> EtcdKvStore::TakeGroup() {
   // The front commit always goes (alone if it is over the bounds: etcd then judges it); those
-  // queued behind it join while the group stays within etcd's default limits on one Txn
-  // (--max-txn-ops 128, with room for the reads' conditions, the marker and the fence;
-  // --max-request-bytes 1.5 MiB).
-  constexpr size_t kGroupOps = 96;
+  // queued behind it join while the group stays within etcd's limits on one Txn (--max-txn-ops,
+  // leaving a quarter for the reads' conditions, the marker and the fence; 1 MiB, under
+  // --max-request-bytes' default 1.5 MiB).
+  const size_t group_ops = static_cast<size_t>(std::max<int64_t>(1, options_.max_txn_ops * 3 / 4));
   constexpr size_t kGroupBytes = size_t{1} << 20;
   auto bytes_of = [](const Pending& p) {
     size_t bytes = 0;
@@ -360,7 +360,7 @@ std::vector<EtcdKvStore::Pending> EtcdKvStore::TakeGroup() {
   while (!queue_.empty()) {
     const Pending& next = queue_.front();
     const size_t next_bytes = bytes_of(next);
-    if (!group.empty() && (ops + next.ops.size() > kGroupOps || bytes + next_bytes > kGroupBytes)) {
+    if (!group.empty() && (ops + next.ops.size() > group_ops || bytes + next_bytes > kGroupBytes)) {
       break;
     }
     ops += next.ops.size();

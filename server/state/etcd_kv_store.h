@@ -11,17 +11,18 @@
 //
 // Commit() is asynchronous; each transaction is one etcd Txn, so it is atomic. Commits queued
 // while one is in flight go together in the next Txn (group commit: one round trip and one raft
-// entry for up to 96 ops), each with the results it would have had alone, all at one revision;
-// when such a group fails for what may be one commit's fault, its commits run one by one. An add or
-// a compare-and-swap reads its keys from etcd (not the mirror), and the Txn is conditional on their
-// mod_revisions; when another writer got there first it reads again and retries. Every Txn also
-// writes this store's commit marker (a key outside the prefix holding the commit's sequence number)
-// and is conditional on the marker being as this store last wrote it, so a retry after a reply that
-// never came can tell whether the first attempt landed, and a transaction is never applied twice.
-// `done` runs once the commit's revision is in the mirror. While no member answers, a commit
-// retries for unavailable_for (then waits request_timeout for a connection once more), then fails
-// UNAVAILABLE naming the endpoints and saying whether the transaction may have been applied; later
-// commits fail after that one wait until etcd answers. etcd's own limits apply to one transaction:
+// entry for up to 3/4 of etcd's --max-txn-ops and 1 MiB), each with the results it would have had
+// alone, all at one revision; when such a group fails for what may be one commit's fault, its
+// commits run one by one. An add or a compare-and-swap reads its keys from etcd (not the mirror),
+// and the Txn is conditional on their mod_revisions; when another writer got there first it reads
+// again and retries. Every Txn also writes this store's commit marker (a key outside the prefix
+// holding the commit's sequence number) and is conditional on the marker being as this store last
+// wrote it, so a retry after a reply that never came can tell whether the first attempt landed, and
+// a transaction is never applied twice. `done` runs once the commit's revision is in the mirror.
+// While no member answers, a commit retries for unavailable_for (then waits request_timeout for a
+// connection once more), then fails UNAVAILABLE naming the endpoints and saying whether the
+// transaction may have been applied; later commits fail after that one wait until etcd answers.
+// etcd's own limits apply to one transaction:
 // --max-txn-ops (128 writes by default) and
 // --max-request-bytes (1.5 MiB); beyond them a commit fails INVALID_ARGUMENT naming the flag.
 //
@@ -79,6 +80,9 @@ struct EtcdOptions {
   // fail FAILED_PRECONDITION.
   std::string fence_key;
   int64_t fence_create_revision = 0;
+  // etcd's --max-txn-ops (its default: 128). A group commit holds up to three quarters of it in
+  // ops (the rest is room for the reads' conditions, the marker and the fence), and 1 MiB.
+  int64_t max_txn_ops = 128;
 };
 
 // "etcd://host:port[,host:port...][/prefix]" -> options; INVALID_ARGUMENT naming what is wrong.

@@ -46,6 +46,7 @@ absl::StatusOr<OpenedState> OpenStateStore(const StateStoreOptions& options,
   // Fenced: once another member holds the claim, this store writes nothing more.
   etcd->fence_key = claim->key();
   etcd->fence_create_revision = claim->create_revision();
+  etcd->max_txn_ops = options.etcd_max_txn_ops;
   opened.claim = std::move(claim);
   auto kv = EtcdKvStore::Open(*etcd);
   if (!kv.ok()) return kv.status();

@@ -17,6 +17,7 @@ namespace zerod::server {
 
 struct StateStoreOptions {
   std::string store = "sqlite";
+  int64_t etcd_max_txn_ops = 128;  // etcd's --max-txn-ops (EtcdOptions::max_txn_ops)
   std::string data_dir;
   Durability durability = Durability::kFull;  // sqlite
   bool reset_state = false;                   // sqlite

@@ -287,6 +287,10 @@ TEST(Limits, ALimitOutOfRangeIsAUsageError) {
   const ProcessResult r = zerod.StartRefused({"--max-world-size", "0"}, absl::Seconds(30));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.out, HasSubstr("--max-world-size: expected 1..16777216, got 0"));
+  ZerodHarness other;
+  const ProcessResult ops = other.StartRefused({"--etcd-max-txn-ops", "0"}, absl::Seconds(30));
+  EXPECT_EQ(ops.exit_code, 2);
+  EXPECT_THAT(ops.out, HasSubstr("--etcd-max-txn-ops: expected 1..1073741824, got 0"));
 }
 
 // A lease that never runs out would never release a survivor (found by fuzzing the duration

@@ -329,6 +329,29 @@ TEST_F(EtcdKvStoreTest, ACommitThatFailsInAGroupFailsAloneAndTheOthersLand) {
   EXPECT_EQ(fresh->Get("text")->value, "hello");
 }
 
+// Told a larger --max-txn-ops than this etcd has (its default, 128), the store's groups are
+// refused by etcd: their commits then go one by one, and every one lands.
+TEST_F(EtcdKvStoreTest, AGroupOverEtcdsLimitIsRetriedCommitByCommit) {
+  EtcdOptions options = Options(cluster_->Endpoints());
+  options.max_txn_ops = 100000;
+  auto kv = Open(options);
+  ASSERT_NE(kv, nullptr);
+  constexpr int kCommits = 300;
+  Mutex mu;
+  int done = 0, failed = 0;
+  for (int i = 0; i < kCommits; ++i) {
+    kv->Commit({KvOp::Put(absl::StrCat("k/", i), "v")}, [&](absl::StatusOr<CommitResult> r) {
+      MutexLock lock(&mu);
+      if (!r.ok()) ++failed;
+      ++done;
+    });
+  }
+  MutexLock lock(&mu);
+  mu.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == kCommits; });
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(kv->Range("k/").size(), static_cast<size_t>(kCommits));
+}
+
 TEST_F(EtcdKvStoreTest, TwoStoresSeeEachOthersWritesAndLoseNoIncrement) {
   auto a = Open(Options(cluster_->Endpoints()));
   auto b = Open(Options(cluster_->Endpoints()));
