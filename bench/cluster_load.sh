@@ -161,7 +161,7 @@ def delta(a, b, group, name, key):
     return (y.get(key, 0) - x.get(key, 0)) if x and y else float("nan")
 print()
 print("| phase | s | " + " | ".join(f"n{n} CPU %" for n in range(daemons)) +
-      " | etcd write txns/s | etcd puts/s | etcd MiB/s in | etcd CPU % (3 members) |")
+      " | etcd raft proposals/s | etcd puts/s | etcd MiB/s in | etcd CPU % (3 members) |")
 print("|---|---|" + "---|" * daemons + "---|---|---|---|")
 for (_, start), (name, end) in zip(bounds, bounds[1:]):
     a, b = at(start), at(end)

@@ -3,7 +3,7 @@
 
 Every --every seconds until killed, appends one JSON line to --out: the time, each named process's
 CPU seconds (user + system) and RSS, and each etcd member's counters from its /metrics (raft
-proposals committed, i.e. write transactions; puts; bytes received from clients; its own CPU).
+proposals committed: each write transaction is one, as are lease grants; puts; bytes received from clients; its own CPU).
 cluster_load.sh turns the samples into per-phase rates. Standard library only.
 
   load_sampler.py --out FILE [--every 0.5] [--pid NAME=PID ...] [--etcd NAME=HOST:PORT ...]

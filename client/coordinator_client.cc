@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -135,7 +136,8 @@ absl::StatusOr<Response> CoordinatorClient::Unary(
     grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
     const Request& request, absl::Time not_before, absl::Duration max_backoff) {
   thread_local std::mt19937_64 rng(std::random_device{}());
-  max_backoff = std::max(max_backoff, absl::Milliseconds(10));  // never a busy loop
+  // Never a busy loop, never longer than any call's.
+  max_backoff = std::clamp(max_backoff, absl::Milliseconds(10), kMaxRetryBackoff);
   absl::Duration backoff = std::min(absl::Milliseconds(50), max_backoff);
   for (;;) {
     grpc::ClientContext context;

@@ -103,9 +103,9 @@ class CoordinatorClient {
   // Joins and waits up to `wait` for the job to form; verifies the plan digest locally.
   absl::StatusOr<Membership> Join(const JoinOptions& options, absl::Duration wait);
   absl::StatusOr<v1::PlanInputs> GetPlan(const std::string& job_id);
-  // Retried on UNAVAILABLE as every call is, but never waiting more than `max_backoff` between
-  // tries: StartHeartbeats passes its interval, so a rank is heard within one interval of its
-  // daemon's return rather than after a backoff that may outlast its lease.
+  // Retried on UNAVAILABLE as every call is, but never waiting more than `max_backoff` (nor
+  // kMaxRetryBackoff) between tries: StartHeartbeats passes its interval, so a rank is heard within
+  // one interval of its daemon's return rather than after a backoff that may outlast its lease.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id, int64_t rank,
                                                   int64_t generation, const HeartbeatReport& report,
                                                   absl::Duration max_backoff = kMaxRetryBackoff);

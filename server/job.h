@@ -82,7 +82,7 @@ struct Job {
   RankSlots slots ABSL_GUARDED_BY(mu);  // which ranks are live, free, lost
   // The ranks that left, as every heartbeat's answer lists them: found by a walk over the members
   // once per generation and state (a leave moves the generation, an end the state), not once per
-  // heartbeat, which made a heartbeat cost O(world size).
+  // heartbeat, which made a heartbeat cost O(world size). Whatever changes members forgets it.
   struct LeftRanks {
     int64_t generation = -1;
     v1::JobState state = v1::JOB_FORMING;

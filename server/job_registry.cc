@@ -70,6 +70,11 @@ std::string MissingRanks(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
   return out;
 }
 
+// Members changed: the next heartbeat lists the ranks that left afresh (Job::left_ranks).
+void ForgetLeftRanks(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
+  job.left_ranks.generation = -1;
+}
+
 // Fails every waiting join with `status` and frees their slots.
 void FailJoining(Job& job, const absl::Status& status, std::vector<std::function<void()>>& deferred)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
@@ -81,6 +86,7 @@ void FailJoining(Job& job, const absl::Status& status, std::vector<std::function
     deferred.push_back([waiter = std::move(it->second.waiter), status] { waiter(status); });
     job.slots.Free(it->first);
     it = job.members.erase(it);
+    ForgetLeftRanks(job);
   }
 }
 
@@ -375,6 +381,7 @@ void JobRegistry::Enter(const std::shared_ptr<Job>& job, JoinArgs args,
   m.waiter = std::move(done);
   const int64_t ticket = m.ticket;
   job->members[rank] = std::move(m);
+  ForgetLeftRanks(*job);
   Broadcast(*job, v1::JobEvent::MEMBER_JOINED, rank,
             absl::StrCat(job->slots.live(), " of ", job->world_size, " ranks joined"),
             clock_->Now());
@@ -394,6 +401,7 @@ void JobRegistry::JoinTimedOut(const std::shared_ptr<Job>& job, int64_t rank, in
         job->world_size, " ranks joined (missing: ", MissingRanks(*job), ")"));
     deferred.push_back([waiter = std::move(m->waiter), status] { waiter(status); });
     job->members.erase(rank);
+    ForgetLeftRanks(*job);
     job->slots.Free(rank);
     ForgetIfUnformed(job, deferred);
   }
@@ -578,11 +586,13 @@ void JobRegistry::Leave(const std::string& job_id, int64_t rank,
         waiter(absl::CancelledError("left before the job formed"));
       });
       job->members.erase(rank);
+      ForgetLeftRanks(*job);
       job->slots.Free(rank);
       deferred.push_back([done, generation = job->generation] { done(generation); });
       ForgetIfUnformed(job, deferred);
     } else {
       m->state = v1::MEMBER_LEFT;
+      ForgetLeftRanks(*job);
       job->slots.Free(rank);
       ++job->generation;
       job->state = job->slots.live() == 0 ? v1::JOB_ENDED : v1::JOB_DEGRADED;
@@ -618,6 +628,7 @@ void JobRegistry::EndJob(const std::string& job_id, std::function<void(absl::Sta
     for (auto& [r, m] : job->members) {
       if (m.state != v1::MEMBER_ACTIVE) continue;
       m.state = v1::MEMBER_LEFT;
+      ForgetLeftRanks(*job);
       job->slots.Free(r);
       ops.push_back(KvOp::Put(MemberKey(job_id, r), EncodeMember(m)));
     }

@@ -350,9 +350,14 @@ std::vector<EtcdKvStore::Pending> EtcdKvStore::TakeGroup() {
   // --max-request-bytes' default 1.5 MiB).
   const size_t group_ops = static_cast<size_t>(std::max<int64_t>(1, options_.max_txn_ops * 3 / 4));
   constexpr size_t kGroupBytes = size_t{1} << 20;
-  auto bytes_of = [](const Pending& p) {
+  // Each op's key may appear twice in the Txn (a compare and a write), under the prefix; a group
+  // that still ends up over etcd's limits (a prefix deleted, then written under, is deleted key
+  // by key) is refused INVALID_ARGUMENT and split, see RunGroup.
+  auto bytes_of = [this](const Pending& p) {
     size_t bytes = 0;
-    for (const KvOp& op : p.ops) bytes += op.key.size() + op.value.size() + 16;
+    for (const KvOp& op : p.ops) {
+      bytes += 2 * (options_.prefix.size() + op.key.size()) + op.value.size() + 32;
+    }
     return bytes;
   };
   std::vector<Pending> group;
@@ -389,11 +394,13 @@ std::vector<EtcdKvStore::Applied> EtcdKvStore::RunGroup(std::vector<Pending>& gr
   int64_t event_revision = 0;
   absl::StatusOr<CommitResult> together = RunCommit(ops, &event_revision);
   const absl::StatusCode code = together.status().code();
-  if (code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kOutOfRange ||
-      code == absl::StatusCode::kInvalidArgument) {
+  if (!last_commit_uncertain_ &&
+      (code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kOutOfRange ||
+       code == absl::StatusCode::kInvalidArgument)) {
     // One commit's own failure (an add on a non-integer, an overflow, a Txn over etcd's limits)
     // or the fence, and nothing was written: each commit alone, so that only its own fails.
-    // Never after UNAVAILABLE: the group may have landed, and the marker knows it only as one.
+    // Never once an attempt's reply was lost (UNAVAILABLE above all): the group may have
+    // landed, and the marker knows it only as one commit.
     for (Pending& p : group) alone(p);
     return applied;
   }
@@ -458,6 +465,7 @@ absl::StatusOr<CommitResult> EtcdKvStore::RunCommit(const std::vector<KvOp>& ops
                                                     int64_t* event_revision) {
   const int64_t seq = ++commit_seq_;
   waited_for_connection_ = false;
+  last_commit_uncertain_ = false;
   const internal::CommitReads reads = internal::ReadsFor(ops);
   // Each attempt's plan, by index: the marker names the attempt that landed.
   std::vector<internal::CommitPlan> attempts;
@@ -519,6 +527,7 @@ absl::StatusOr<CommitResult> EtcdKvStore::RunCommit(const std::vector<KvOp>& ops
     if (grpc::Status s = client_->Txn(txn, &response); !s.ok()) {
       if (!IsTransient(s)) return RefusedCommit(s, plan->txn);
       uncertain = true;
+      last_commit_uncertain_ = true;
       absl::Status gave_up;
       if (StillTrying(s.error_message(), uncertain, &gave_up)) continue;
       return gave_up;
@@ -561,12 +570,17 @@ absl::Status EtcdKvStore::RefusedCommit(const grpc::Status& status,
                                         const etcdserverpb::TxnRequest& txn) const {
   std::string what = absl::StrCat("committing a transaction of ", txn.success_size(),
                                   " writes and ", txn.compare_size(), " conditions");
-  // etcd's limits on one Txn, which a large job's records can reach: name the flag to raise.
+  // etcd's limits on one Txn, which a large job's records can reach: name the flag to raise. Such
+  // a Txn can never pass as it is: INVALID_ARGUMENT, whatever code etcd or gRPC gave.
   if (absl::StrContains(status.error_message(), "too many operations")) {
     absl::StrAppend(&what, " (etcd's --max-txn-ops, 128 by default, must allow it)");
-  } else if (absl::StrContains(status.error_message(), "too large")) {
+    return absl::InvalidArgumentError(client_->Error(status, what).message());
+  }
+  if (absl::StrContains(status.error_message(), "too large") ||
+      absl::StrContains(status.error_message(), "larger than max")) {
     absl::StrAppend(&what, " of ", txn.ByteSizeLong(),
                     " bytes (etcd's --max-request-bytes, 1.5 MiB by default, must allow it)");
+    return absl::InvalidArgumentError(client_->Error(status, what).message());
   }
   return client_->Error(status, what);
 }

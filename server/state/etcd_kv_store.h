@@ -183,6 +183,7 @@ class EtcdKvStore final : public KvStore {
   absl::Time unavailable_since_ = absl::InfiniteFuture();
   absl::Duration backoff_ = absl::Milliseconds(50);
   bool waited_for_connection_ = false;  // this commit, once unavailable_for has passed
+  bool last_commit_uncertain_ = false;  // the last RunCommit sent an attempt whose reply was lost
 
   std::thread committer_;
   std::thread watcher_;

@@ -300,6 +300,13 @@ TEST_F(RegistryTest, HeartbeatsNameTheRanksThatLeftAfterEachLeave) {
   EXPECT_EQ(left_ranks(), std::vector<int64_t>{2});
   leave(1);
   EXPECT_EQ(left_ranks(), (std::vector<int64_t>{1, 2}));
+  // A new process joins at a rank that left: no longer a rank that left, though neither the
+  // generation nor the job's state moved.
+  auto rejoined = Join(Args(2, 4));
+  EXPECT_EQ(left_ranks(), std::vector<int64_t>{1});
+  leave(2);
+  EXPECT_EQ(rejoined.get().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(left_ranks(), std::vector<int64_t>{1});
   leave(3);
   leave(0);
   // Every rank left: the job ended, and re-forms with no one gone.

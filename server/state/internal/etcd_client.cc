@@ -58,11 +58,14 @@ std::string PrefixEnd(std::string_view prefix) {
 
 bool IsTransient(const grpc::Status& status) {
   switch (status.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE:         // no member answered, no leader, leader changed
-    case grpc::StatusCode::DEADLINE_EXCEEDED:   // request_timeout
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:  // "too many requests"
+    case grpc::StatusCode::UNAVAILABLE:        // no member answered, no leader, leader changed
+    case grpc::StatusCode::DEADLINE_EXCEEDED:  // request_timeout
     case grpc::StatusCode::ABORTED:
       return true;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      // "too many requests" passes; a request over etcd's gRPC message limit (its
+      // --max-request-bytes and 512 KiB) is refused the same way every time.
+      return status.error_message().find("larger than max") == std::string::npos;
     default:
       return false;
   }
