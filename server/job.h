@@ -81,14 +81,9 @@ struct Job {
   std::map<int64_t, Member> members ABSL_GUARDED_BY(mu);
   RankSlots slots ABSL_GUARDED_BY(mu);  // which ranks are live, free, lost
   // The ranks that left, as every heartbeat's answer lists them: found by a walk over the members
-  // once per generation and state (a leave moves the generation, an end the state), not once per
-  // heartbeat, which made a heartbeat cost O(world size). Whatever changes members forgets it.
-  struct LeftRanks {
-    int64_t generation = -1;
-    v1::JobState state = v1::JOB_FORMING;
-    std::vector<int64_t> ranks;
-  };
-  LeftRanks left_ranks ABSL_GUARDED_BY(mu);
+  // once after they changed, not once per heartbeat, which made a heartbeat cost O(world size).
+  // Whatever changes members forgets it (ForgetLeftRanks in job_registry.cc).
+  std::optional<std::vector<int64_t>> left_ranks ABSL_GUARDED_BY(mu);
   bool forming ABSL_GUARDED_BY(mu) = false;  // a formation commit is in flight
   absl::Time formation_started ABSL_GUARDED_BY(mu);
   std::optional<v1::PlanInputs> plan ABSL_GUARDED_BY(mu);

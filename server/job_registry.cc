@@ -71,9 +71,7 @@ std::string MissingRanks(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
 }
 
 // Members changed: the next heartbeat lists the ranks that left afresh (Job::left_ranks).
-void ForgetLeftRanks(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
-  job.left_ranks.generation = -1;
-}
+void ForgetLeftRanks(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) { job.left_ranks.reset(); }
 
 // Fails every waiting join with `status` and frees their slots.
 void FailJoining(Job& job, const absl::Status& status, std::vector<std::function<void()>>& deferred)
@@ -141,7 +139,7 @@ absl::Status CheckReport(const v1::HeartbeatRequest& req) {
 void Reform(Job& job, const JoinArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
   job.world_size = args.world_size;
   job.members.clear();
-  job.left_ranks = {};
+  ForgetLeftRanks(job);
   job.slots.Reset(args.world_size);
   job.options = args.options;
   job.layout_digest = args.layout_digest;
@@ -521,14 +519,13 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const v1::Heartbeat
   resp.set_generation(job->generation);
   resp.set_job_state(job->state);
   for (int64_t r : job->slots.lost()) resp.add_lost_ranks(r);
-  Job::LeftRanks& left = job->left_ranks;
-  if (left.generation != job->generation || left.state != job->state) {
-    left = {job->generation, job->state, {}};
+  if (!job->left_ranks) {
+    std::vector<int64_t>& left = job->left_ranks.emplace();
     for (const auto& [r, other] : job->members) {
-      if (other.state == v1::MEMBER_LEFT) left.ranks.push_back(r);
+      if (other.state == v1::MEMBER_LEFT) left.push_back(r);
     }
   }
-  resp.mutable_left_ranks()->Add(left.ranks.begin(), left.ranks.end());
+  resp.mutable_left_ranks()->Add(job->left_ranks->begin(), job->left_ranks->end());
   resp.set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   return resp;
 }

@@ -380,7 +380,8 @@ std::vector<EtcdKvStore::Applied> EtcdKvStore::RunGroup(std::vector<Pending>& gr
   std::vector<Applied> applied;
   auto alone = [&](Pending& p) {
     int64_t event_revision = 0;
-    absl::StatusOr<CommitResult> result = RunCommit(p.ops, &event_revision);
+    bool reply_lost = false;
+    absl::StatusOr<CommitResult> result = RunCommit(p.ops, &event_revision, &reply_lost);
     applied.push_back({event_revision, std::move(result), std::move(p.done)});
   };
   if (group.size() == 1) {
@@ -392,9 +393,10 @@ std::vector<EtcdKvStore::Applied> EtcdKvStore::RunGroup(std::vector<Pending>& gr
   std::vector<KvOp> ops;
   for (const Pending& p : group) ops.insert(ops.end(), p.ops.begin(), p.ops.end());
   int64_t event_revision = 0;
-  absl::StatusOr<CommitResult> together = RunCommit(ops, &event_revision);
+  bool reply_lost = false;
+  absl::StatusOr<CommitResult> together = RunCommit(ops, &event_revision, &reply_lost);
   const absl::StatusCode code = together.status().code();
-  if (!last_commit_uncertain_ &&
+  if (!reply_lost &&
       (code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kOutOfRange ||
        code == absl::StatusCode::kInvalidArgument)) {
     // One commit's own failure (an add on a non-integer, an overflow, a Txn over etcd's limits)
@@ -462,14 +464,14 @@ void EtcdKvStore::Answered() {
 }
 
 absl::StatusOr<CommitResult> EtcdKvStore::RunCommit(const std::vector<KvOp>& ops,
-                                                    int64_t* event_revision) {
+                                                    int64_t* event_revision, bool* reply_lost) {
   const int64_t seq = ++commit_seq_;
   waited_for_connection_ = false;
-  last_commit_uncertain_ = false;
+  *reply_lost = false;
+  bool& uncertain = *reply_lost;  // an attempt's reply never came
   const internal::CommitReads reads = internal::ReadsFor(ops);
   // Each attempt's plan, by index: the marker names the attempt that landed.
   std::vector<internal::CommitPlan> attempts;
-  bool uncertain = false;  // an attempt's reply never came
   for (;;) {
     internal::CommitSnapshot snapshot;
     if (!reads.empty() || !attempts.empty()) {
@@ -527,7 +529,6 @@ absl::StatusOr<CommitResult> EtcdKvStore::RunCommit(const std::vector<KvOp>& ops
     if (grpc::Status s = client_->Txn(txn, &response); !s.ok()) {
       if (!IsTransient(s)) return RefusedCommit(s, plan->txn);
       uncertain = true;
-      last_commit_uncertain_ = true;
       absl::Status gave_up;
       if (StillTrying(s.error_message(), uncertain, &gave_up)) continue;
       return gave_up;
@@ -577,7 +578,7 @@ absl::Status EtcdKvStore::RefusedCommit(const grpc::Status& status,
     return absl::InvalidArgumentError(client_->Error(status, what).message());
   }
   if (absl::StrContains(status.error_message(), "too large") ||
-      absl::StrContains(status.error_message(), "larger than max")) {
+      internal::IsOverMessageLimit(status)) {
     absl::StrAppend(&what, " of ", txn.ByteSizeLong(),
                     " bytes (etcd's --max-request-bytes, 1.5 MiB by default, must allow it)");
     return absl::InvalidArgumentError(client_->Error(status, what).message());

@@ -129,8 +129,10 @@ class EtcdKvStore final : public KvStore {
   // may be one commit's fault; their outcomes in order.
   std::vector<Applied> RunGroup(std::vector<Pending>& group);
   // Runs one transaction against etcd to the end: applied, failed, or given up on.
-  // `event_revision`: the revision the watch must bring before `done` runs (0: none).
-  absl::StatusOr<CommitResult> RunCommit(const std::vector<KvOp>& ops, int64_t* event_revision);
+  // `event_revision`: the revision the watch must bring before `done` runs (0: none);
+  // `reply_lost`: whether an attempt's reply never came (it may have landed, whatever the result).
+  absl::StatusOr<CommitResult> RunCommit(const std::vector<KvOp>& ops, int64_t* event_revision,
+                                         bool* reply_lost);
   // Reads what `reads` asks for into `snapshot`, with the marker: the attempt of commit `seq`
   // that landed and its revision, if one did. UNAVAILABLE when etcd did not answer.
   absl::StatusOr<std::optional<std::pair<size_t, int64_t>>> ReadForCommit(
@@ -183,7 +185,6 @@ class EtcdKvStore final : public KvStore {
   absl::Time unavailable_since_ = absl::InfiniteFuture();
   absl::Duration backoff_ = absl::Milliseconds(50);
   bool waited_for_connection_ = false;  // this commit, once unavailable_for has passed
-  bool last_commit_uncertain_ = false;  // the last RunCommit sent an attempt whose reply was lost
 
   std::thread committer_;
   std::thread watcher_;

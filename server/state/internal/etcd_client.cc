@@ -56,6 +56,10 @@ std::string PrefixEnd(std::string_view prefix) {
   return std::string(1, '\0');
 }
 
+bool IsOverMessageLimit(const grpc::Status& status) {
+  return status.error_message().find("larger than max") != std::string::npos;
+}
+
 bool IsTransient(const grpc::Status& status) {
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:        // no member answered, no leader, leader changed
@@ -65,7 +69,7 @@ bool IsTransient(const grpc::Status& status) {
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       // "too many requests" passes; a request over etcd's gRPC message limit (its
       // --max-request-bytes and 512 KiB) is refused the same way every time.
-      return status.error_message().find("larger than max") == std::string::npos;
+      return !IsOverMessageLimit(status);
     default:
       return false;
   }

@@ -24,6 +24,8 @@ std::string PrefixEnd(std::string_view prefix);
 // Whether a failed call may succeed when tried again (no member answered, the leader changed,
 // etcd timed out); the call may or may not have been applied.
 bool IsTransient(const grpc::Status& status);
+// gRPC refused the message as over the receiver's limit (etcd's --max-request-bytes + 512 KiB).
+bool IsOverMessageLimit(const grpc::Status& status);
 
 class EtcdClient {
  public:
