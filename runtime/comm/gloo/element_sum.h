@@ -9,8 +9,13 @@ namespace zerod::comm::internal {
 
 // out[i] = a[i] + b[i] for `n` elements of `dtype`; bf16 and fp16 round to the element type after
 // every addition, as NCCL does. `out` may be `a` or `b`. Addition commutes bit for bit, so only
-// the order in which several inputs are added decides the result.
-void ElementSum(DType dtype, void* out, const void* a, const void* b, size_t n);
+// the order in which several inputs are added decides the result. The 16-bit sums run on AVX2 +
+// F16C where the CPU has both (HaveAvx2Sums), with the same bits as the scalar loop; kScalar asks
+// for the scalar loop (tests compare the two).
+enum class SumIsa { kBest, kScalar };
+void ElementSum(DType dtype, void* out, const void* a, const void* b, size_t n,
+                SumIsa isa = SumIsa::kBest);
+bool HaveAvx2Sums();
 
 }  // namespace zerod::comm::internal
 

@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include "runtime/common/half_avx2.h"
 #include "runtime/optim/internal/adam_dtypes.h"
 #include "runtime/optim/internal/adam_element.h"
 
@@ -30,12 +31,10 @@ template <DType kGrad>
 inline __m256 LoadGrad8(const void* grad, int64_t i) {
   if constexpr (kGrad == DType::kFloat32) {
     return _mm256_loadu_ps(static_cast<const float*>(grad) + i);
+  } else if constexpr (kGrad == DType::kFloat16) {
+    return avx2::LoadFp16x8(static_cast<const uint16_t*>(grad) + i);
   } else {
-    const __m128i h =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(grad) + i));
-    if constexpr (kGrad == DType::kFloat16) return _mm256_cvtph_ps(h);
-    // bf16 is the top half of a float.
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return avx2::LoadBf16x8(static_cast<const uint16_t*>(grad) + i);
   }
 }
 
@@ -58,35 +57,15 @@ inline __m256 Step8(const Constants& c, const void* grad, float* param, float* e
   return p;
 }
 
-// FloatToBf16 on 8 floats, each result in the low half of its 32-bit lane (the high half zero):
-// round to nearest even by adding 0x7fff plus the kept part's lowest bit, except that NaN keeps
-// its top bits and becomes quiet. No overflow: the largest non-NaN pattern, -inf, has room.
-inline __m256i Bf16Lanes(__m256 p) {
-  const __m256i u = _mm256_castps_si256(p);
-  const __m256i high = _mm256_srli_epi32(u, 16);
-  const __m256i lsb = _mm256_and_si256(high, _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-  const __m256i quiet_nan = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
-  const __m256 is_nan = _mm256_cmp_ps(p, p, _CMP_UNORD_Q);
-  return _mm256_blendv_epi8(rounded, quiet_nan, _mm256_castps_si256(is_nan));
-}
-
 // Writes the copy of elements [i, i + 16) from their two vectors of new parameters.
 template <Copy kCopy>
 inline void StoreCopy16(void* low, int64_t i, __m256 p0, __m256 p1) {
   auto* out = static_cast<uint16_t*>(low) + i;
   if constexpr (kCopy == Copy::kFp16) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
-                     _mm256_cvtps_ph(p0, _MM_FROUND_TO_NEAREST_INT));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8),
-                     _mm256_cvtps_ph(p1, _MM_FROUND_TO_NEAREST_INT));
+    avx2::StoreFp16x8(out, p0);
+    avx2::StoreFp16x8(out + 8, p1);
   } else if constexpr (kCopy == Copy::kBf16) {
-    // Every lane is at most 0xffff, so the saturating pack is exact; it interleaves the 128-bit
-    // halves (p0 lo, p1 lo, p0 hi, p1 hi), which the permute puts back in order.
-    const __m256i packed = _mm256_packus_epi32(Bf16Lanes(p0), Bf16Lanes(p1));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
-                        _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
+    avx2::StoreBf16x16(out, p0, p1);
   }
 }
 
