@@ -8,11 +8,12 @@
 //   build/bin/collective_bench [--worlds 2,3,4] [--sizes 4KiB,64KiB,1MiB,64MiB] [--min-time 0.3]
 //
 // A size is the bytes of the buffer every rank passes: the whole buffer of an all-reduce or a
-// broadcast, all world chunks of a reduce-scatter or an all-gather (fp32 elements). Each size runs
-// warm-up iterations, then as many as fill --min-time (at least 5); the median iteration counts.
-// "lead_share" is what a header-only lead exchange (a barrier: what a collective too large to go
-// inline pays for the order check) takes, as a share of the collective's time; collectives that
-// go inline carry their check in the data message itself and pay no extra message.
+// broadcast, all world chunks of a reduce-scatter or an all-gather (--dtype elements, fp32 by
+// default). Each size runs warm-up iterations, then as many as fill --min-time (at least 5); the
+// median iteration counts. "lead_share" is what a header-only lead exchange (a barrier: what a
+// collective too large to go inline pays for the order check) takes, as a share of the collective's
+// time; collectives that go inline carry their check in the data message itself and pay no extra
+// message.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -160,33 +161,66 @@ void MeasureLoopback() {
 
 struct Op {
   const char* name;
-  std::function<std::unique_ptr<comm::Work>(comm::Communicator&, float*, int64_t elements)> run;
-  bool chunked;  // the buffer is world chunks
+  std::function<std::unique_ptr<comm::Work>(comm::Communicator&, char*, int64_t elements)> run;
+  bool chunked;          // the buffer is world chunks
+  bool grouped = false;  // the buffer is cut into --group buffers
 };
 
-const std::vector<Op>& Ops() {
-  static const std::vector<Op> ops = {
+// The buffer of n elements cut into `buffers` reduce-scatter (all-gather) buffers of world chunks
+// each, as the engine cuts a step's gradients into segments.
+int64_t group_buffers = 8;      // --group
+DType dtype = DType::kFloat32;  // --dtype
+
+std::vector<comm::ChunkedBuffer> Cut(comm::Communicator& c, char* d, int64_t n, int64_t buffers) {
+  std::vector<comm::ChunkedBuffer> group;
+  const int64_t chunk = n / c.world_size() / buffers;
+  for (int64_t b = 0; b < buffers; ++b) {
+    group.push_back({d + b * chunk * c.world_size() * DTypeBytes(dtype), chunk});
+  }
+  return group;
+}
+
+std::vector<Op> Ops() {
+  std::vector<Op> ops = {
       {"all_reduce",
-       [](comm::Communicator& c, float* d, int64_t n) {
-         return c.AllReduce(d, n, DType::kFloat32);
-       },
-       false},
+       [](comm::Communicator& c, char* d, int64_t n) { return c.AllReduce(d, n, dtype); }, false},
       {"reduce_scatter",
-       [](comm::Communicator& c, float* d, int64_t n) {
-         return c.ReduceScatter(d, n / c.world_size(), DType::kFloat32);
+       [](comm::Communicator& c, char* d, int64_t n) {
+         return c.ReduceScatter(d, n / c.world_size(), dtype);
        },
        true},
       {"all_gather",
-       [](comm::Communicator& c, float* d, int64_t n) {
-         return c.AllGather(d, n / c.world_size(), DType::kFloat32);
+       [](comm::Communicator& c, char* d, int64_t n) {
+         return c.AllGather(d, n / c.world_size(), dtype);
        },
        true},
       {"broadcast",
-       [](comm::Communicator& c, float* d, int64_t n) {
-         return c.Broadcast(d, n, DType::kFloat32, 0);
-       },
+       [](comm::Communicator& c, char* d, int64_t n) { return c.Broadcast(d, n, dtype, 0); },
        false},
+      // A group issued as one collective, and the same buffers one collective each (the
+      // Communicator's default ReduceScatterGroup), as the engine issued a step's segments before.
+      {"reduce_scatter_grouped",
+       [](comm::Communicator& c, char* d, int64_t n) {
+         return c.ReduceScatterGroup(Cut(c, d, n, group_buffers), dtype);
+       },
+       true, true},
+      {"reduce_scatter_separately",
+       [](comm::Communicator& c, char* d, int64_t n) {
+         return c.Communicator::ReduceScatterGroup(Cut(c, d, n, group_buffers), dtype);
+       },
+       true, true},
+      {"all_gather_grouped",
+       [](comm::Communicator& c, char* d, int64_t n) {
+         return c.AllGatherGroup(Cut(c, d, n, group_buffers), dtype);
+       },
+       true, true},
+      {"all_gather_separately",
+       [](comm::Communicator& c, char* d, int64_t n) {
+         return c.Communicator::AllGatherGroup(Cut(c, d, n, group_buffers), dtype);
+       },
+       true, true},
   };
+  if (group_buffers <= 1) ops.resize(4);
   return ops;
 }
 
@@ -228,22 +262,28 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
                 static_cast<long long>(world), lead * 1e6);
   }
   for (int64_t size : sizes) {
-    const int64_t elements = size / 4;
-    std::vector<float> data(static_cast<size_t>(elements), 1.0f);
+    const int64_t elements = size / DTypeBytes(dtype);
+    // Zeros: the sums stay zero in every dtype however many iterations run.
+    std::vector<char> data(static_cast<size_t>(size), 0);
     for (const Op& op : Ops()) {
       const double t = TimeIt(c, min_time, [&] {
         Check(op.run(c, data.data(), elements)->Wait(absl::Seconds(120)), op.name);
       });
-      const int64_t per_peer = op.chunked ? size / world : size;
+      // What one collective moves to each peer (each of a group issued one by one moves its part).
+      const bool one_by_one = op.grouped && std::string(op.name).ends_with("separately");
+      const int64_t per_peer =
+          (op.chunked ? size / world : size) / (one_by_one ? group_buffers : 1);
       const bool inline_path =
           world <= options.lead_all_to_all_max_world &&
           static_cast<size_t>(per_peer) <= comm::internal::LeadExchange::kMaxInlineBytes;
       if (rank == 0) {
         std::printf(
             "{\"kind\": \"collective\", \"impl\": \"zerod\", \"op\": \"%s\", \"world\": %lld, "
-            "\"bytes\": %lld, \"time_us\": %.1f, \"inline\": %s, \"lead_share\": %.3f}\n",
+            "\"bytes\": %lld, \"time_us\": %.1f, \"inline\": %s, \"lead_share\": %.3f, "
+            "\"buffers\": %lld}\n",
             op.name, static_cast<long long>(world), static_cast<long long>(size), t * 1e6,
-            inline_path ? "true" : "false", inline_path ? 0.0 : lead / t);
+            inline_path ? "true" : "false", inline_path ? 0.0 : lead / t,
+            static_cast<long long>(op.grouped ? group_buffers : 1));
         std::fflush(stdout);
       }
     }
@@ -280,9 +320,16 @@ int main(int argc, char** argv) {
   app.add_option("--worlds", worlds_text, "Comma-separated world sizes");
   app.add_option("--sizes", sizes_text, "Comma-separated buffer sizes");
   app.add_option("--min-time", min_time, "Seconds each size runs for (at least 5 iterations)");
+  std::string dtype_text = "fp32";
+  app.add_option("--dtype", dtype_text, "Element type: fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--group", group_buffers,
+                 "Buffers a grouped reduce-scatter and all-gather are cut into (measured grouped "
+                 "and one by one; 1: not measured)")
+      ->check(CLI::Range(1, 64));
   app.add_flag("--no-loopback", no_loopback, "Skip the loopback TCP measurement");
   app.add_option("--split-all-reduce-max", split_text,
-                 "GlooOptions::split_all_reduce_max_bytes (0: Gloo's all-reduce above the inline "
+                 "GlooOptions::split_all_reduce_max_bytes (1: Gloo's all-reduce above the inline "
                  "sizes), to measure the cross-over");
   CLI11_PARSE(app, argc, argv);
   int64_t split_all_reduce_max = -1;
@@ -291,6 +338,9 @@ int main(int argc, char** argv) {
     if (!bytes.ok() || *bytes < 0) Die("--split-all-reduce-max: bad size '" + split_text + "'");
     split_all_reduce_max = *bytes;
   }
+  dtype = dtype_text == "bf16"   ? DType::kBFloat16
+          : dtype_text == "fp16" ? DType::kFloat16
+                                 : DType::kFloat32;
   const std::vector<int64_t> worlds = ParseList(worlds_text, false);
   const std::vector<int64_t> sizes = ParseList(sizes_text, true);
   if (!no_loopback) MeasureLoopback();

@@ -94,11 +94,14 @@ absl::Status AddGrad(engine::ZeroEngine& e, int64_t tensor, const std::vector<fl
 }  // namespace
 
 absl::StatusOr<double> TrainMicroStep(const MlpShape& shape, engine::ZeroEngine& e,
-                                      const Batch& batch, engine::Buffer* device_staging) {
+                                      const Batch& batch, MicroStepBuffers& buffers,
+                                      engine::Buffer* device_staging) {
   const int64_t n = batch.size, L = shape.layers;
-  std::vector<std::vector<float>> acts(static_cast<size_t>(L + 1));
-  acts[0] = batch.x;
-  std::vector<float> w, b;
+  std::vector<std::vector<float>>& acts = buffers.acts;
+  acts.resize(static_cast<size_t>(L + 1));
+  acts[0].assign(batch.x.begin(), batch.x.end());
+  std::vector<float>& w = buffers.w;
+  std::vector<float>& b = buffers.b;
   // Forward.
   for (int64_t l = 0; l < L; ++l) {
     const int64_t in = shape.In(l), out = shape.Out(l);
@@ -129,14 +132,17 @@ absl::StatusOr<double> TrainMicroStep(const MlpShape& shape, engine::ZeroEngine&
   const double denom = static_cast<double>(n * shape.outputs);
   double loss = 0;
   const float scale = static_cast<float>(e.loss_scale());
-  std::vector<float> delta(y.size());
+  std::vector<float>& delta = buffers.delta;
+  delta.resize(y.size());
   for (size_t k = 0; k < y.size(); ++k) {
     const double d = static_cast<double>(y[k]) - batch.t[k];
     loss += d * d / denom;
     delta[k] = static_cast<float>(2.0 * d / denom) * scale;
   }
   // Backward, last layer first.
-  std::vector<float> dw, db, da;
+  std::vector<float>& dw = buffers.dw;
+  std::vector<float>& db = buffers.db;
+  std::vector<float>& da = buffers.da;
   for (int64_t l = L - 1; l >= 0; --l) {
     const int64_t in = shape.In(l), out = shape.Out(l);
     ZEROD_RETURN_IF_ERROR(e.Gather(e.UnitOf(2 * l)));

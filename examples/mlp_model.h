@@ -51,12 +51,23 @@ class Dataset {
   std::vector<std::vector<float>> weights_, biases_;
 };
 
+// The host buffers of a micro-step (activations, weights, gradients), kept from one to the next
+// as a framework's caching allocator keeps them: allocated afresh, their megabytes went back to
+// the kernel and were faulted in and zeroed again every micro-step, more or less often with the
+// stage (glibc's trim threshold follows the largest block freed), which train_step_bench then
+// counted as the stage's cost.
+struct MicroStepBuffers {
+  std::vector<std::vector<float>> acts;
+  std::vector<float> w, b, delta, dw, db, da;
+};
+
 // One micro-step on `engine`: forward (gathering each unit), mean-squared-error loss over the
 // batch, backward (gradients times the engine's loss scale). Returns the batch's loss. The model
-// computes on the host; with the engine on a GPU, gradients are uploaded through
+// computes on the host in `buffers`; with the engine on a GPU, gradients are uploaded through
 // `device_staging`, an fp32 buffer in the engine's memory as large as the largest tensor.
 absl::StatusOr<double> TrainMicroStep(const MlpShape& shape, engine::ZeroEngine& engine,
-                                      const Batch& batch, engine::Buffer* device_staging = nullptr);
+                                      const Batch& batch, MicroStepBuffers& buffers,
+                                      engine::Buffer* device_staging = nullptr);
 
 }  // namespace zerod::examples
 

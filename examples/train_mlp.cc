@@ -341,6 +341,7 @@ int main(int argc, char** argv) {
   // Where the steps after the first went: forward and backward (with the stage-3 gathers they
   // waited for), the optimizer step, and the time blocked on collectives by kind.
   std::map<std::string, double> waits_before;
+  examples::MicroStepBuffers buffers;
   for (int64_t step = first_step; step <= steps; ++step) {
     if (step == first_step + 1) waits_before = e->CollectiveWaitSeconds();
     const auto start = std::chrono::steady_clock::now();
@@ -348,7 +349,8 @@ int main(int argc, char** argv) {
     for (int64_t micro = 0; micro < accumulation; ++micro) {
       // Micro-steps of one step use consecutive blocks of the global sample stream.
       const examples::Batch b = data.Make(step * accumulation + micro, first_sample, local);
-      auto micro_loss = examples::TrainMicroStep(shape, *e, b, staging ? &*staging : nullptr);
+      auto micro_loss =
+          examples::TrainMicroStep(shape, *e, b, buffers, staging ? &*staging : nullptr);
       if (!micro_loss.ok()) return Fail(rank, micro_loss.status());
       loss += *micro_loss / static_cast<double>(accumulation);
     }
@@ -415,8 +417,9 @@ int main(int argc, char** argv) {
     breakdown["wait_ms"][kind] = RoundTo((seconds - waits_before[kind]) * 1e3 / timed_steps, 3);
   }
   if (steps_run < 2) breakdown = nullptr;  // the first step (setup, first gathers) is not timed
-  std::printf("rank %ld: peak_rss_kib %ld, step_time_ms %.3f\n", static_cast<long>(rank),
-              PeakRssKib(), step_time_ms);
+  // Every rank's own breakdown: a rank's waits include the time its peers took to get there.
+  std::printf("rank %ld: peak_rss_kib %ld, step_time_ms %.3f, step_breakdown %s\n",
+              static_cast<long>(rank), PeakRssKib(), step_time_ms, breakdown.dump().c_str());
   if (rank == 0) {
     const plan::MemoryBreakdown memory = e->MemoryByCategory();
     nlohmann::json out = {

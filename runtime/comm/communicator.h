@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -40,6 +41,13 @@ class Work {
   virtual void Abort(const absl::Status& why) = 0;
 };
 
+// One buffer of a grouped reduce-scatter or all-gather: world_size chunks of `chunk_count`
+// elements, as ReduceScatter and AllGather take.
+struct ChunkedBuffer {
+  void* data = nullptr;
+  int64_t chunk_count = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -54,6 +62,15 @@ class Communicator {
   virtual std::unique_ptr<Work> ReduceScatter(void* data, int64_t chunk_count, DType dtype) = 0;
   // `data` holds world_size chunks; each rank's own chunk is gathered into every rank's copy.
   virtual std::unique_ptr<Work> AllGather(void* data, int64_t chunk_count, DType dtype) = 0;
+  // Several reduce-scatters (all-gathers) of one dtype issued together, as the engine issues a
+  // step's: each buffer ends as ReduceScatter (AllGather) would leave it, and one Work waits for
+  // them all. A backend may run them as one collective (Gloo: one order check, and every buffer's
+  // transfers in flight at once, where one collective each cost a round of messages and a thread
+  // hand-off); by default they are issued one after the other.
+  virtual std::unique_ptr<Work> ReduceScatterGroup(const std::vector<ChunkedBuffer>& buffers,
+                                                   DType dtype);
+  virtual std::unique_ptr<Work> AllGatherGroup(const std::vector<ChunkedBuffer>& buffers,
+                                               DType dtype);
   virtual std::unique_ptr<Work> Broadcast(void* data, int64_t count, DType dtype, int64_t root) = 0;
   virtual std::unique_ptr<Work> Barrier() = 0;
 

@@ -123,18 +123,6 @@ void ZeroEngine::GiveUp(comm::Work& work, const absl::Status& why) {
   (void)work.Wait(options_.collective_timeout);
 }
 
-absl::Status ZeroEngine::WaitAll(std::vector<std::unique_ptr<comm::Work>> works, WaitFor what) {
-  absl::Status first;
-  for (std::unique_ptr<comm::Work>& work : works) {
-    if (first.ok()) {
-      first = Wait(std::move(work), what);
-    } else {
-      GiveUp(*work, first);  // the communicator failed already: stop waiting for the rest
-    }
-  }
-  return first;
-}
-
 absl::Status ZeroEngine::Explain(absl::Status failure) {
   // A cause already known (a rank the coordinator declared lost) needs no order check, which
   // would only wait for the lost rank's sequence.
@@ -479,13 +467,9 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
     ZEROD_RETURN_IF_ERROR(
         Wait(comm_->AllReduce(grads_.memory.data(), grads_.memory.numel(), gd), WaitFor::kReduce));
   } else {
-    std::vector<std::unique_ptr<comm::Work>> reductions;
-    for (const plan::Segment& seg : plan_->segments()) {
-      log_.Record("reduce_scatter", seg.slice_numel, gd);
-      reductions.push_back(
-          comm_->ReduceScatter(grads_.memory.at(seg.flat_offset), seg.slice_numel, gd));
-    }
-    ZEROD_RETURN_IF_ERROR(WaitAll(std::move(reductions), WaitFor::kReduce));
+    // Every segment at once: one grouped collective, not one per segment.
+    ZEROD_RETURN_IF_ERROR(Wait(
+        comm_->ReduceScatterGroup(SegmentsOf(grads_, "reduce_scatter", gd), gd), WaitFor::kReduce));
   }
   const std::vector<plan::OwnedRange> ranges = plan_->OwnedRanges(rank_);
   // 2. Overflow and the global norm, from this rank's reduced gradients.
@@ -634,13 +618,9 @@ absl::StatusOr<std::vector<float>> ZeroEngine::FullMasterParameters() {
     ZEROD_RETURN_IF_ERROR(ops_->Copy(full.Slice(r), master.Slice(r), r.numel * 4));
   }
   if (stage_ > 0) {
-    std::vector<std::unique_ptr<comm::Work>> gathers;
-    for (const plan::Segment& seg : plan_->segments()) {
-      log_.Record("all_gather", seg.slice_numel, DType::kFloat32);
-      gathers.push_back(
-          comm_->AllGather(full.memory.at(seg.flat_offset), seg.slice_numel, DType::kFloat32));
-    }
-    ZEROD_RETURN_IF_ERROR(WaitAll(std::move(gathers), WaitFor::kOther));
+    ZEROD_RETURN_IF_ERROR(Wait(
+        comm_->AllGatherGroup(SegmentsOf(full, "all_gather", DType::kFloat32), DType::kFloat32),
+        WaitFor::kOther));
   }
   std::vector<float> host(static_cast<size_t>(plan_->padded_numel()));
   ZEROD_RETURN_IF_ERROR(ops_->Download(host.data(), full.memory.data(), full.memory.Bytes()));
@@ -659,13 +639,19 @@ namespace zerod::engine {
 
 absl::Status ZeroEngine::GatherParameters() {
   if (stage_ != 1 && stage_ != 2) return absl::OkStatus();
-  std::vector<std::unique_ptr<comm::Work>> gathers;
+  return Wait(
+      comm_->AllGatherGroup(SegmentsOf(params_, "all_gather", param_dtype()), param_dtype()),
+      WaitFor::kUpdate);
+}
+
+std::vector<comm::ChunkedBuffer> ZeroEngine::SegmentsOf(PlannedBuffer& flat, const char* collective,
+                                                        DType dtype) {
+  std::vector<comm::ChunkedBuffer> buffers;
   for (const plan::Segment& seg : plan_->segments()) {
-    log_.Record("all_gather", seg.slice_numel, param_dtype());
-    gathers.push_back(
-        comm_->AllGather(params_.memory.at(seg.flat_offset), seg.slice_numel, param_dtype()));
+    log_.Record(collective, seg.slice_numel, dtype);
+    buffers.push_back({flat.memory.at(seg.flat_offset), seg.slice_numel});
   }
-  return WaitAll(std::move(gathers), WaitFor::kUpdate);
+  return buffers;
 }
 
 ZeroEngine::PlannedBuffer& ZeroEngine::State(StateTensor which) {

@@ -239,9 +239,10 @@ class ZeroEngine {
   absl::Status Wait(std::unique_ptr<comm::Work> work, WaitFor what);
   // Aborts `work` (and so its communicator) and waits until its buffers are let go.
   void GiveUp(comm::Work& work, const absl::Status& why);
-  // Collectives issued back to back (they run in order on the communicator), waited for
-  // together: no host round trip between them. The first failure is returned, explained.
-  absl::Status WaitAll(std::vector<std::unique_ptr<comm::Work>> works, WaitFor what);
+  // Every segment's slice of `flat` (a kFlat buffer) for one grouped `collective`, recorded in
+  // the collective log segment by segment.
+  std::vector<comm::ChunkedBuffer> SegmentsOf(PlannedBuffer& flat, const char* collective,
+                                              DType dtype);
   // The cause of a failed collective: a loss already known, else a divergence of the ranks'
   // collective order, else what explain_failure finds given time.
   absl::Status Explain(absl::Status failure);

@@ -318,15 +318,16 @@ const char* GlooCommunicator::InlinePayload(int peer, size_t bytes) {
   return data;
 }
 
-void GlooCommunicator::SumInRankOrder(char* out, const char* mine, int64_t count, DType dtype) {
+void GlooCommunicator::SumInRankOrder(char* out, const char* mine, int64_t count, DType dtype,
+                                      size_t at, size_t payload_bytes) {
   // Every rank adds the contributions in the same order (rank 0's first), so every rank gets
   // the same bits. Rank 0 can add into `out` (its own contribution is first); the others add
   // into rank 0's received copy, which is theirs until the next lead.
   const size_t bytes = static_cast<size_t>(count * DTypeBytes(dtype));
-  char* sum = rank_ == 0 ? out : leads_.Payload(0).first;
-  if (rank_ != 0) InlinePayload(0, bytes);  // checks its size
+  char* sum = rank_ == 0 ? out : leads_.Payload(0).first + at;
+  if (rank_ != 0) InlinePayload(0, payload_bytes);  // checks its size
   for (int64_t q = 1; q < world_size_; ++q) {
-    const char* term = q == rank_ ? mine : InlinePayload(static_cast<int>(q), bytes);
+    const char* term = q == rank_ ? mine : InlinePayload(static_cast<int>(q), payload_bytes) + at;
     internal::ElementSum(dtype, sum, sum, term, static_cast<size_t>(count));
   }
   if (sum != out) std::memcpy(out, sum, bytes);
@@ -361,7 +362,7 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
         char* own = static_cast<char*>(data);
         if (direct) {
           leads_.Exchange(lead, [&](int) { return std::pair<const void*, size_t>(own, bytes); });
-          SumInRankOrder(own, own, count, dtype);
+          SumInRankOrder(own, own, count, dtype, 0, static_cast<size_t>(bytes));
           leads_.Release();
           return;
         }
@@ -370,8 +371,8 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
         if (split) {
           // Each chunk is summed once, on one rank, then copied: every rank gets the
           // same bits.
-          RingReduceScatter(own, chunks, dtype);
-          RingAllGather(own, chunks);
+          RingReduceScatter({{own, chunks}}, dtype);
+          RingAllGather({{own, chunks}});
           return;
         }
         gloo::AllreduceOptions opts(context_);
@@ -389,12 +390,72 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
       });
 }
 
-void GlooCommunicator::RingReduceScatter(char* data, const internal::Chunks& chunks, DType dtype) {
+namespace {
+
+// A group's chunk `i` of every part, end to end: what one ring step sends or receives.
+size_t StepBytes(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i) {
+  size_t bytes = 0;
+  for (const auto& part : parts) bytes += part.chunks.bytes(i);
+  return bytes;
+}
+
+size_t MaxStepBytes(const std::vector<GlooCommunicator::RingPart>& parts, int64_t world) {
+  size_t most = 0;
+  for (int64_t i = 0; i < world; ++i) most = std::max(most, StepBytes(parts, i));
+  return most;
+}
+
+// Copies chunk `i` of every part into `out`, end to end.
+void PackChunk(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, char* out) {
+  for (const auto& part : parts) {
+    std::memcpy(out, part.data + part.chunks.offset(i), part.chunks.bytes(i));
+    out += part.chunks.bytes(i);
+  }
+}
+
+// The reverse: chunk `i` of every part from `in`.
+void UnpackChunk(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, const char* in) {
+  for (const auto& part : parts) {
+    std::memcpy(part.data + part.chunks.offset(i), in, part.chunks.bytes(i));
+    in += part.chunks.bytes(i);
+  }
+}
+
+}  // namespace
+
+char* GlooCommunicator::Staging(int which, size_t bytes) {
+  // Kept between collectives (only the running one uses them): a fresh megabyte per collective
+  // cost page faults and zeroing on every step.
+  std::vector<char>& buffer = staging_[which];
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
+const char* GlooCommunicator::Packed(const std::vector<RingPart>& parts, int64_t chunk,
+                                     int64_t slot_in_staging) {
+  if (parts.empty()) return nullptr;
+  if (parts.size() == 1) return parts[0].data + parts[0].chunks.offset(chunk);
+  const size_t bytes = StepBytes(parts, chunk);
+  char* out = Staging(0, static_cast<size_t>(world_size_) * bytes) + slot_in_staging * bytes;
+  PackChunk(parts, chunk, out);
+  return out;
+}
+
+void GlooCommunicator::RingReduceScatter(const std::vector<RingPart>& parts, DType dtype) {
+  if (parts.empty()) return;
   const int64_t w = world_size_, r = rank_;
-  std::vector<char> scratch(chunks.max_bytes());
-  auto whole = context_->createUnboundBuffer(data, chunks.total_bytes());
-  auto incoming = context_->createUnboundBuffer(scratch.data(), scratch.size());
-  const WatchedBuffers watched(*this, {whole.get(), incoming.get()});
+  // One message per step, however many parts: several parts' chunks are packed end to end (a
+  // message each cost 50-70 us more per part at 2 ranks, collective_bench --group). One part is
+  // sent straight from its buffer.
+  const bool packed = parts.size() > 1;
+  const size_t step_bytes = std::max<size_t>(MaxStepBytes(parts, w), 1);
+  char* const scratch = Staging(0, step_bytes);
+  char* const outgoing = packed ? Staging(1, step_bytes) : nullptr;
+  auto incoming = context_->createUnboundBuffer(scratch, step_bytes);
+  auto source = packed
+                    ? context_->createUnboundBuffer(outgoing, step_bytes)
+                    : context_->createUnboundBuffer(parts[0].data, parts[0].chunks.total_bytes());
+  const WatchedBuffers watched(*this, {source.get(), incoming.get()});
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const auto timeout = Millis(options_.timeout);
@@ -404,90 +465,177 @@ void GlooCommunicator::RingReduceScatter(char* data, const internal::Chunks& chu
   for (int64_t s = 0; s < w - 1; ++s) {
     const int64_t send_chunk = (r - s - 1 + 2 * w) % w;
     const int64_t recv_chunk = (r - s - 2 + 2 * w) % w;
-    const size_t send_bytes = chunks.bytes(send_chunk), recv_bytes = chunks.bytes(recv_chunk);
+    const size_t send_bytes = StepBytes(parts, send_chunk);
+    const size_t recv_bytes = StepBytes(parts, recv_chunk);
     if (recv_bytes > 0) incoming->recv(prev, slot, 0, recv_bytes);
-    if (send_bytes > 0) whole->send(next, slot, chunks.offset(send_chunk), send_bytes);
+    if (send_bytes > 0) {
+      if (packed) PackChunk(parts, send_chunk, outgoing);
+      source->send(next, slot, packed ? 0 : parts[0].chunks.offset(send_chunk), send_bytes);
+    }
     if (recv_bytes > 0) Waited(incoming->waitRecv(timeout), "receive");
-    if (send_bytes > 0) Waited(whole->waitSend(timeout), "send");
-    char* target = data + chunks.offset(recv_chunk);
-    internal::ElementSum(dtype, target, target, scratch.data(),
-                         recv_bytes / static_cast<size_t>(chunks.element_bytes));
+    if (send_bytes > 0) Waited(source->waitSend(timeout), "send");
+    const char* term = scratch;
+    for (const RingPart& part : parts) {
+      char* target = part.data + part.chunks.offset(recv_chunk);
+      const size_t bytes = part.chunks.bytes(recv_chunk);
+      internal::ElementSum(dtype, target, target, term,
+                           bytes / static_cast<size_t>(part.chunks.element_bytes));
+      term += bytes;
+    }
   }
 }
 
-void GlooCommunicator::RingAllGather(char* data, const internal::Chunks& chunks) {
+void GlooCommunicator::RingAllGather(const std::vector<RingPart>& parts) {
+  if (parts.empty()) return;
   const int64_t w = world_size_, r = rank_;
-  auto whole = context_->createUnboundBuffer(data, chunks.total_bytes());
-  const WatchedBuffers watched(*this, {whole.get()});
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const auto timeout = Millis(options_.timeout);
-  // Step s forwards chunk r-s and receives chunk r-s-1 straight into place.
+  if (parts.size() == 1) {
+    // Step s forwards chunk r-s and receives chunk r-s-1 straight into place.
+    const RingPart& part = parts[0];
+    auto whole = context_->createUnboundBuffer(part.data, part.chunks.total_bytes());
+    const WatchedBuffers watched(*this, {whole.get()});
+    for (int64_t s = 0; s < w - 1; ++s) {
+      const int64_t send_chunk = (r - s + w) % w;
+      const int64_t recv_chunk = (r - s - 1 + w) % w;
+      const size_t send_bytes = part.chunks.bytes(send_chunk);
+      const size_t recv_bytes = part.chunks.bytes(recv_chunk);
+      if (recv_bytes > 0) whole->recv(prev, slot, part.chunks.offset(recv_chunk), recv_bytes);
+      if (send_bytes > 0) whole->send(next, slot, part.chunks.offset(send_chunk), send_bytes);
+      if (recv_bytes > 0) Waited(whole->waitRecv(timeout), "receive");
+      if (send_bytes > 0) Waited(whole->waitSend(timeout), "send");
+    }
+    return;
+  }
+  // Several parts: one message per step, packed end to end. What arrives at step s is forwarded
+  // at step s+1, so the two staging buffers swap roles every step.
+  const size_t step_bytes = std::max<size_t>(MaxStepBytes(parts, w), 1);
+  char* const stage[2] = {Staging(0, step_bytes), Staging(1, step_bytes)};
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffers[2] = {
+      context_->createUnboundBuffer(stage[0], step_bytes),
+      context_->createUnboundBuffer(stage[1], step_bytes)};
+  const WatchedBuffers watched(*this, {buffers[0].get(), buffers[1].get()});
+  PackChunk(parts, r, stage[0]);
   for (int64_t s = 0; s < w - 1; ++s) {
     const int64_t send_chunk = (r - s + w) % w;
     const int64_t recv_chunk = (r - s - 1 + w) % w;
-    const size_t send_bytes = chunks.bytes(send_chunk), recv_bytes = chunks.bytes(recv_chunk);
-    if (recv_bytes > 0) whole->recv(prev, slot, chunks.offset(recv_chunk), recv_bytes);
-    if (send_bytes > 0) whole->send(next, slot, chunks.offset(send_chunk), send_bytes);
-    if (recv_bytes > 0) Waited(whole->waitRecv(timeout), "receive");
-    if (send_bytes > 0) Waited(whole->waitSend(timeout), "send");
+    const size_t send_bytes = StepBytes(parts, send_chunk);
+    const size_t recv_bytes = StepBytes(parts, recv_chunk);
+    gloo::transport::UnboundBuffer& out = *buffers[s % 2];
+    gloo::transport::UnboundBuffer& in = *buffers[(s + 1) % 2];
+    if (recv_bytes > 0) in.recv(prev, slot, 0, recv_bytes);
+    if (send_bytes > 0) out.send(next, slot, 0, send_bytes);
+    if (recv_bytes > 0) Waited(in.waitRecv(timeout), "receive");
+    if (send_bytes > 0) Waited(out.waitSend(timeout), "send");
+    UnpackChunk(parts, recv_chunk, stage[(s + 1) % 2]);
   }
+}
+
+namespace {
+
+// What a grouped collective over `buffers` moves to each peer (its chunk of every buffer) and
+// the chunk counts its lead names.
+struct GroupShape {
+  int64_t chunk_count = 0;  // of every buffer together
+  std::vector<int64_t> counts;
+  size_t peer_bytes = 0;
+
+  GroupShape(const std::vector<ChunkedBuffer>& buffers, DType dtype) {
+    for (const ChunkedBuffer& b : buffers) {
+      counts.push_back(b.chunk_count);
+      chunk_count += b.chunk_count;
+      peer_bytes += static_cast<size_t>(b.chunk_count * DTypeBytes(dtype));
+    }
+  }
+};
+
+}  // namespace
+
+internal::CollectiveDescriptor GlooCommunicator::NextGroup(internal::CollectiveKind kind,
+                                                           const std::vector<int64_t>& counts,
+                                                           int64_t total, DType dtype) {
+  internal::CollectiveDescriptor d = Next(kind, total, dtype);
+  d.buffers = static_cast<int64_t>(counts.size());
+  if (counts.size() != 1) d.buffers_digest = internal::DigestOfCounts(counts);
+  return d;
+}
+
+std::vector<GlooCommunicator::RingPart> GlooCommunicator::RingParts(
+    const std::vector<ChunkedBuffer>& buffers, DType dtype) const {
+  std::vector<RingPart> parts;
+  for (const ChunkedBuffer& b : buffers) {
+    if (b.chunk_count == 0) continue;  // on every rank: the leads checked the counts
+    parts.push_back({static_cast<char*>(b.data),
+                     internal::Chunks::Even(world_size_, b.chunk_count, DTypeBytes(dtype))});
+  }
+  return parts;
 }
 
 std::unique_ptr<Work> GlooCommunicator::ReduceScatter(void* data, int64_t chunk_count,
                                                       DType dtype) {
-  const int64_t chunk_bytes = chunk_count * DTypeBytes(dtype);
-  const int64_t moved = (world_size_ - 1) * chunk_bytes;  // inline or ring alike
-  const bool direct = leads_.CarriesInline(static_cast<size_t>(chunk_bytes));
-  return Enqueue(
-      "reduce_scatter", moved, moved, [this, data, chunk_count, chunk_bytes, dtype, direct] {
-        const auto lead = Next(internal::CollectiveKind::kReduceScatter, chunk_count, dtype);
-        if (world_size_ == 1) return;
-        char* chunks = static_cast<char*>(data);
-        const size_t size = static_cast<size_t>(chunk_bytes);
-        if (direct) {
-          // Each peer gets the chunk it owns and sums the world's in rank order.
-          leads_.Exchange(lead, [&](int peer) {
-            return std::pair<const void*, size_t>(chunks + peer * chunk_bytes, size);
-          });
-          char* mine = chunks + rank_ * chunk_bytes;
-          SumInRankOrder(mine, mine, chunk_count, dtype);
-          leads_.Release();
-          return;
-        }
-        leads_.Exchange(lead, nullptr);
-        leads_.Release();
-        if (chunk_bytes > 0) {
-          RingReduceScatter(
-              chunks, internal::Chunks::Even(world_size_, chunk_count, DTypeBytes(dtype)), dtype);
-        }
-      });
+  return ReduceScatterGroup({{data, chunk_count}}, dtype);
 }
 
-std::unique_ptr<Work> GlooCommunicator::AllGather(void* data, int64_t chunk_count, DType dtype) {
-  const int64_t chunk_bytes = chunk_count * DTypeBytes(dtype);
-  const int64_t moved = (world_size_ - 1) * chunk_bytes;  // inline or ring alike
-  const bool direct = leads_.CarriesInline(static_cast<size_t>(chunk_bytes));
-  return Enqueue("all_gather", moved, moved, [this, data, chunk_count, chunk_bytes, dtype, direct] {
-    const auto lead = Next(internal::CollectiveKind::kAllGather, chunk_count, dtype);
+std::unique_ptr<Work> GlooCommunicator::ReduceScatterGroup(
+    const std::vector<ChunkedBuffer>& buffers, DType dtype) {
+  const GroupShape shape(buffers, dtype);
+  const int64_t moved = (world_size_ - 1) * static_cast<int64_t>(shape.peer_bytes);
+  const bool direct = leads_.CarriesInline(shape.peer_bytes);
+  return Enqueue("reduce_scatter", moved, moved, [this, buffers, shape, dtype, direct] {
+    const auto lead =
+        NextGroup(internal::CollectiveKind::kReduceScatter, shape.counts, shape.chunk_count, dtype);
     if (world_size_ == 1) return;
-    char* chunks = static_cast<char*>(data);
-    const size_t size = static_cast<size_t>(chunk_bytes);
+    const std::vector<RingPart> parts = RingParts(buffers, dtype);
     if (direct) {
-      leads_.Exchange(lead, [&](int) {
-        return std::pair<const void*, size_t>(chunks + rank_ * chunk_bytes, size);
+      // Each peer gets the chunk it owns of every buffer and sums the world's in rank order.
+      leads_.Exchange(lead, [&](int peer) {
+        return std::pair<const void*, size_t>(Packed(parts, peer, peer), shape.peer_bytes);
       });
-      for (int peer : leads_.peers()) {
-        if (size > 0) std::memcpy(chunks + peer * chunk_bytes, InlinePayload(peer, size), size);
+      size_t at = 0;
+      for (const RingPart& part : parts) {
+        char* mine = part.data + part.chunks.offset(rank_);
+        SumInRankOrder(mine, mine, part.chunks.per_chunk, dtype, at, shape.peer_bytes);
+        at += part.chunks.bytes(rank_);
       }
       leads_.Release();
       return;
     }
     leads_.Exchange(lead, nullptr);
     leads_.Release();
-    if (chunk_bytes > 0) {
-      RingAllGather(chunks, internal::Chunks::Even(world_size_, chunk_count, DTypeBytes(dtype)));
+    RingReduceScatter(parts, dtype);
+  });
+}
+
+std::unique_ptr<Work> GlooCommunicator::AllGather(void* data, int64_t chunk_count, DType dtype) {
+  return AllGatherGroup({{data, chunk_count}}, dtype);
+}
+
+std::unique_ptr<Work> GlooCommunicator::AllGatherGroup(const std::vector<ChunkedBuffer>& buffers,
+                                                       DType dtype) {
+  const GroupShape shape(buffers, dtype);
+  const int64_t moved = (world_size_ - 1) * static_cast<int64_t>(shape.peer_bytes);
+  const bool direct = leads_.CarriesInline(shape.peer_bytes);
+  return Enqueue("all_gather", moved, moved, [this, buffers, shape, dtype, direct] {
+    const auto lead =
+        NextGroup(internal::CollectiveKind::kAllGather, shape.counts, shape.chunk_count, dtype);
+    if (world_size_ == 1) return;
+    const std::vector<RingPart> parts = RingParts(buffers, dtype);
+    if (direct) {
+      // This rank's chunk of every buffer to every peer.
+      const char* mine = Packed(parts, rank_, 0);
+      leads_.Exchange(lead,
+                      [&](int) { return std::pair<const void*, size_t>(mine, shape.peer_bytes); });
+      for (int peer : leads_.peers()) {
+        const char* theirs = InlinePayload(peer, shape.peer_bytes);
+        if (!parts.empty()) UnpackChunk(parts, peer, theirs);
+      }
+      leads_.Release();
+      return;
     }
+    leads_.Exchange(lead, nullptr);
+    leads_.Release();
+    RingAllGather(parts);
   });
 }
 

@@ -50,10 +50,11 @@ struct GlooOptions {
   int64_t lead_all_to_all_max_world = 16;
   // An all-reduce too large to go inline and at most this large runs as this communicator's ring
   // reduce-scatter then all-gather; a larger one runs Gloo's ring all-reduce. Every rank must be
-  // given the same value (the leads check it). Off (0) by default: once callers ran collectives
-  // themselves, collective_bench no longer measured the split faster than Gloo's at any size
-  // (docs/ARCHITECTURE.md, "The order check rides in each collective's first message").
-  int64_t split_all_reduce_max_bytes = 0;
+  // given the same value (the leads check it). 2 MiB by default: up to there collective_bench
+  // measured the split faster than Gloo's at 2-4 ranks in most runs, beyond it neither won
+  // (docs/ARCHITECTURE.md, "The order check rides in each collective's first message"); 0 turns
+  // it off.
+  int64_t split_all_reduce_max_bytes = int64_t{2} << 20;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -69,9 +70,21 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<Work> AllReduce(void* data, int64_t count, DType dtype) override;
   std::unique_ptr<Work> ReduceScatter(void* data, int64_t chunk_count, DType dtype) override;
   std::unique_ptr<Work> AllGather(void* data, int64_t chunk_count, DType dtype) override;
+  // One collective: one lead naming the group, then every buffer inline in it (when their chunks
+  // together fit) or every buffer's ring transfers of a step in flight at once.
+  std::unique_ptr<Work> ReduceScatterGroup(const std::vector<ChunkedBuffer>& buffers,
+                                           DType dtype) override;
+  std::unique_ptr<Work> AllGatherGroup(const std::vector<ChunkedBuffer>& buffers,
+                                       DType dtype) override;
   std::unique_ptr<Work> Broadcast(void* data, int64_t count, DType dtype, int64_t root) override;
   std::unique_ptr<Work> Barrier() override;
   void Abort(const absl::Status& why) override;
+
+  // One buffer of a ring collective: its world chunks.
+  struct RingPart {
+    char* data;
+    internal::Chunks chunks;
+  };
   std::map<std::string, int64_t> BytesSent() const override;
   std::map<std::string, int64_t> BytesReceived() const override;
 
@@ -93,18 +106,32 @@ class GlooCommunicator final : public Communicator {
   // The descriptor of the next collective (by the thread running it).
   internal::CollectiveDescriptor Next(internal::CollectiveKind kind, int64_t count, DType dtype,
                                       int64_t root = 0);
+  // ... of a grouped one, over buffers of `counts` chunk elements (`total` together).
+  internal::CollectiveDescriptor NextGroup(internal::CollectiveKind kind,
+                                           const std::vector<int64_t>& counts, int64_t total,
+                                           DType dtype);
   // What `peer` sent inline with its lead; throws unless it is `bytes` long.
   const char* InlinePayload(int peer, size_t bytes);
-  // out = the sum over ranks of their inline contributions (`mine` for this rank), in rank order.
-  void SumInRankOrder(char* out, const char* mine, int64_t count, DType dtype);
+  // out = the sum over ranks of their inline contributions (`mine` for this rank), in rank order;
+  // each peer's is `at` bytes into its payload of `payload_bytes`.
+  void SumInRankOrder(char* out, const char* mine, int64_t count, DType dtype, size_t at,
+                      size_t payload_bytes);
   // Rings over the world chunks of `data` (chunks.h): reduce-scatter leaves rank r's chunk holding
   // the sum of every rank's, all-gather sends each rank's chunk to every other.
   // A ring's buffers, which Abort wakes while they are registered (see LeadExchange::AbortWaits
   // for why): registered for the object's lifetime; the constructor throws when the communicator
   // was aborted already.
   class WatchedBuffers;
-  void RingReduceScatter(char* data, const internal::Chunks& chunks, DType dtype);
-  void RingAllGather(char* data, const internal::Chunks& chunks);
+  // Several parts go round together, packed into one message per step.
+  void RingReduceScatter(const std::vector<RingPart>& parts, DType dtype);
+  void RingAllGather(const std::vector<RingPart>& parts);
+  // The parts of a group's non-empty buffers.
+  std::vector<RingPart> RingParts(const std::vector<ChunkedBuffer>& buffers, DType dtype) const;
+  // Staging buffer `which` (0 or 1) of at least `bytes`, for the running collective.
+  char* Staging(int which, size_t bytes);
+  // Chunk `chunk` of every part, end to end: in place for one part, else packed into slot
+  // `slot_in_staging` of world slots of staging buffer 0 (an inline group's payload for a peer).
+  const char* Packed(const std::vector<RingPart>& parts, int64_t chunk, int64_t slot_in_staging);
 
   std::shared_ptr<gloo::Context> context_;
   const int64_t rank_;
@@ -122,7 +149,8 @@ class GlooCommunicator final : public Communicator {
   bool executing_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, int64_t> sent_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> received_ ABSL_GUARDED_BY(mu_);
-  int64_t sequence_ = 0;  // collectives started; by the thread running a collective
+  int64_t sequence_ = 0;          // collectives started; by the thread running a collective
+  std::vector<char> staging_[2];  // Staging(); by the thread running a collective
   std::thread thread_;
 };
 

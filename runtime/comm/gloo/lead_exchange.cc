@@ -16,7 +16,7 @@ namespace {
 // counts up from 0 in an int), one per collective so a late lead can never match another's.
 constexpr uint64_t kLeadSlots = uint64_t{1} << 62;
 
-constexpr uint64_t kMagic = 0x326461654c646f72;  // "rodLead2", a lead of this wire version
+constexpr uint64_t kMagic = 0x336461654c646f72;  // "rodLead3", a lead of this wire version
 
 struct WireLead {
   uint64_t magic = kMagic;
@@ -28,6 +28,8 @@ struct WireLead {
   int64_t payload_bytes = 0;
   int64_t all_to_all_max_world = 0;  // the sender's options, which every rank must share
   int64_t split_all_reduce_max_bytes = 0;
+  int64_t buffers = 1;
+  uint64_t buffers_digest = 0;
 };
 
 WireLead ToWire(const CollectiveDescriptor& d, size_t payload_bytes, const LeadOptions& options) {
@@ -39,13 +41,15 @@ WireLead ToWire(const CollectiveDescriptor& d, size_t payload_bytes, const LeadO
   w.count = d.count;
   w.dtype = static_cast<int64_t>(d.dtype);
   w.root = d.root;
+  w.buffers = d.buffers;
+  w.buffers_digest = d.buffers_digest;
   w.payload_bytes = static_cast<int64_t>(payload_bytes);
   return w;
 }
 
 bool SameCollective(const WireLead& a, const WireLead& b) {
   return a.sequence == b.sequence && a.kind == b.kind && a.count == b.count && a.dtype == b.dtype &&
-         a.root == b.root;
+         a.root == b.root && a.buffers == b.buffers && a.buffers_digest == b.buffers_digest;
 }
 
 std::string DescribeWire(const WireLead& w) {
@@ -60,6 +64,8 @@ std::string DescribeWire(const WireLead& w) {
   d.count = w.count;
   d.dtype = static_cast<DType>(w.dtype);
   d.root = w.root;
+  d.buffers = w.buffers;
+  d.buffers_digest = w.buffers_digest;
   return Describe(d);
 }
 
@@ -84,8 +90,24 @@ const char* KindName(CollectiveKind kind) {
 std::string Describe(const CollectiveDescriptor& d) {
   std::string s = absl::StrCat("#", d.sequence, " ", KindName(d.kind), "(", DTypeName(d.dtype),
                                " x ", d.count, ")");
+  if (d.buffers != 1) {
+    s.pop_back();
+    absl::StrAppend(&s, " in ", d.buffers, " buffers)");
+  }
   if (d.kind == CollectiveKind::kBroadcast) absl::StrAppend(&s, " from rank ", d.root);
   return s;
+}
+
+uint64_t DigestOfCounts(const std::vector<int64_t>& counts) {
+  // FNV-1a over the counts: a group cut another way (same total) must not pass as the same.
+  uint64_t h = 0xcbf29ce484222325;
+  for (int64_t c : counts) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (static_cast<uint64_t>(c) >> (8 * i)) & 0xff;
+      h *= 0x100000001b3;
+    }
+  }
+  return h;
 }
 
 struct LeadExchange::Peer {
@@ -192,9 +214,12 @@ void LeadExchange::Check(Peer& p, const CollectiveDescriptor& mine) {
         ": every rank must be given the same GlooOptions::split_all_reduce_max_bytes"));
   }
   if (!SameCollective(theirs, ToWire(mine, 0, options_))) {
+    std::string theirs_described = DescribeWire(theirs);
+    // Groups of as many buffers and elements, cut otherwise, read the same.
+    if (theirs_described == Describe(mine)) theirs_described += " with its buffers cut otherwise";
     throw std::runtime_error(absl::StrCat("collective mismatch: rank ", rank_, " called ",
                                           Describe(mine), ", rank ", p.rank, " called ",
-                                          DescribeWire(theirs)));
+                                          theirs_described));
   }
   if (theirs.payload_bytes < 0 ||
       static_cast<size_t>(theirs.payload_bytes) > p.in[parity].size() - sizeof(WireLead)) {

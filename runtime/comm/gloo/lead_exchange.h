@@ -55,9 +55,16 @@ struct CollectiveDescriptor {
   int64_t count = 0;
   DType dtype = DType::kFloat32;
   int64_t root = 0;  // broadcast only
+  // A grouped reduce-scatter or all-gather (Communicator::ReduceScatterGroup): how many buffers,
+  // and a digest of their chunk counts (`count` is their sum). 1 and 0 for one buffer.
+  int64_t buffers = 1;
+  uint64_t buffers_digest = 0;
 };
 
-// "#3 all_gather(bf16 x 20)", as mismatch errors name a collective.
+// The digest of a group's chunk counts, in order, as CollectiveDescriptor::buffers_digest holds it.
+uint64_t DigestOfCounts(const std::vector<int64_t>& counts);
+
+// "#3 all_gather(bf16 x 20)" (or "... x 20 in 3 buffers"), as mismatch errors name a collective.
 std::string Describe(const CollectiveDescriptor& d);
 const char* KindName(CollectiveKind kind);
 

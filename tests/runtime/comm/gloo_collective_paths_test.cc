@@ -23,7 +23,7 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kInlineFloats = internal::LeadExchange::kMaxInlineBytes / 4;
 
-const int64_t kGlooAllReduce = GlooOptions{}.split_all_reduce_max_bytes;  // the default
+constexpr int64_t kGlooAllReduce = 0;  // Gloo's own all-reduce above the inline sizes
 constexpr int64_t kSplitAllReduce = int64_t{1} << 30;
 
 struct Path {
@@ -228,6 +228,141 @@ TEST(GlooCollectivePaths, AnInlineAllReduceCountsWhatItSends) {
     ASSERT_TRUE(c.AllReduce(data.data(), 100, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
     EXPECT_EQ(c.BytesSent()["all_reduce"], 2 * 100 * 4) << "its whole buffer to both peers";
     EXPECT_EQ(c.BytesReceived()["all_reduce"], 2 * 100 * 4);
+  });
+}
+
+// A group's buffers, as the engine cuts a step's gradients into segments: a 0-count one among
+// them, chunk counts no world divides evenly into bytes of a kind, small enough together to travel
+// inline in the lead or too large (every buffer's ring transfers in flight at once).
+struct GroupCase {
+  const char* name;
+  std::vector<int64_t> chunk_counts;
+  int64_t all_to_all_max_world;
+};
+
+const GroupCase kGroups[] = {
+    {"inline", {37, 0, 5, 1}, 16},
+    {"inline, largest", {kInlineFloats / 2, 0, kInlineFloats / 2}, 16},
+    {"ring, just over inline together", {kInlineFloats / 2, kInlineFloats / 2 + 1}, 16},
+    {"ring, uneven", {3 * kInlineFloats + 7, 0, 11, kInlineFloats + 1}, 16},
+    {"neighbour leads", {37, 0, 5}, 1},
+};
+
+TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSums) {
+  for (const GroupCase& g : kGroups) {
+    for (int64_t world : {1, 2, 3, 4}) {
+      SCOPED_TRACE(testing::Message() << g.name << ", world " << world);
+      int64_t per_peer = 0;
+      for (int64_t c : g.chunk_counts) per_peer += c;
+      GlooOptions options;
+      options.lead_all_to_all_max_world = g.all_to_all_max_world;
+      OnRanks(
+          world,
+          [&](int64_t r, Communicator& c) {
+            // Buffer b's element i on rank q is WholeValue(q, i + 1000 * b): small integers, so
+            // the sums are exact in every order and in bf16.
+            std::vector<std::vector<float>> fp32;
+            std::vector<std::vector<uint16_t>> bf16;
+            std::vector<ChunkedBuffer> fp32_group, bf16_group;
+            for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
+              const int64_t n = world * g.chunk_counts[b];
+              fp32.emplace_back(static_cast<size_t>(n));
+              bf16.emplace_back(static_cast<size_t>(n));
+              for (int64_t i = 0; i < n; ++i) {
+                fp32[b][i] = WholeValue(r, i + 1000 * static_cast<int64_t>(b));
+                bf16[b][i] = FloatToBf16(fp32[b][i]);
+              }
+            }
+            for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
+              fp32_group.push_back({fp32[b].data(), g.chunk_counts[b]});
+              bf16_group.push_back({bf16[b].data(), g.chunk_counts[b]});
+            }
+            ASSERT_TRUE(
+                c.ReduceScatterGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+            ASSERT_TRUE(
+                c.ReduceScatterGroup(bf16_group, DType::kBFloat16)->Wait(absl::Seconds(30)).ok());
+            for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
+              const int64_t chunk = g.chunk_counts[b];
+              for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
+                float want = 0;
+                for (int64_t q = 0; q < world; ++q) {
+                  want += WholeValue(q, i + 1000 * static_cast<int64_t>(b));
+                }
+                ASSERT_EQ(fp32[b][i], want) << "buffer " << b << " element " << i;
+                ASSERT_EQ(bf16[b][i], FloatToBf16(want)) << "buffer " << b << " element " << i;
+              }
+            }
+            // Each rank's own chunk of every buffer to every rank; the others' chunks hold
+            // garbage until then.
+            for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
+              const int64_t chunk = g.chunk_counts[b];
+              for (int64_t i = 0; i < world * chunk; ++i) {
+                const bool own = i / chunk == r;
+                fp32[b][i] = own ? Value(r, i + 1000 * static_cast<int64_t>(b)) : -1e30f;
+              }
+            }
+            ASSERT_TRUE(
+                c.AllGatherGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+            for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
+              const int64_t chunk = g.chunk_counts[b];
+              for (int64_t i = 0; i < world * chunk; ++i) {
+                ASSERT_EQ(fp32[b][i], Value(i / chunk, i + 1000 * static_cast<int64_t>(b)))
+                    << "buffer " << b << " element " << i;
+              }
+            }
+            // What moved: every rank's chunk of every buffer to each peer, bf16 and fp32.
+            EXPECT_EQ(c.BytesSent()["reduce_scatter"], (world - 1) * per_peer * (4 + 2));
+            EXPECT_EQ(c.BytesReceived()["reduce_scatter"], (world - 1) * per_peer * (4 + 2));
+            EXPECT_EQ(c.BytesSent()["all_gather"], (world - 1) * per_peer * 4);
+          },
+          absl::Seconds(30), -1, options);
+    }
+  }
+}
+
+// A group of one buffer is the single collective, and an empty group is a collective too: ranks
+// mixing the two forms in the same order stay in step.
+TEST(GlooCollectivePaths, AGroupOfOneIsTheSingleCollective) {
+  OnRanks(3, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(30, static_cast<float>(r + 1));
+    auto first = r == 0 ? c.ReduceScatterGroup({{data.data(), 10}}, DType::kFloat32)
+                        : c.ReduceScatter(data.data(), 10, DType::kFloat32);
+    ASSERT_TRUE(first->Wait(absl::Seconds(30)).ok());
+    for (int64_t i = r * 10; i < r * 10 + 10; ++i) ASSERT_EQ(data[i], 6.0f);
+    ASSERT_TRUE(c.AllGatherGroup({}, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+    ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
+  });
+}
+
+// Ranks whose groups hold as many elements cut into other buffers (a segment plan that differs)
+// would sum one buffer's chunk into another's: named on both ranks, inline and on the ring.
+TEST(GlooCollectivePaths, GroupsCutDifferentlyAreAMismatchNamedOnBothRanks) {
+  for (int64_t unit : {int64_t{8}, kInlineFloats}) {
+    SCOPED_TRACE(testing::Message() << "unit " << unit);
+    OnRanks(2, [&](int64_t r, Communicator& c) {
+      std::vector<float> a(static_cast<size_t>(6 * unit), 1.0f), b(a.size(), 1.0f);
+      const std::vector<ChunkedBuffer> group =
+          r == 0 ? std::vector<ChunkedBuffer>{{a.data(), 2 * unit}, {b.data(), unit}}
+                 : std::vector<ChunkedBuffer>{{a.data(), unit}, {b.data(), 2 * unit}};
+      const absl::Status s = c.ReduceScatterGroup(group, DType::kFloat32)->Wait(absl::Seconds(20));
+      EXPECT_THAT(
+          std::string(s.message()),
+          HasSubstr(absl::StrCat("rank ", 1 - r, " called #1 reduce_scatter(fp32 x ", 3 * unit,
+                                 " in 2 buffers) with its buffers cut otherwise")))
+          << s;
+    });
+  }
+  // A group against one buffer of as many elements names the group's buffers.
+  OnRanks(2, [&](int64_t r, Communicator& c) {
+    std::vector<float> a(32, 1.0f), b(32, 1.0f);
+    const absl::Status s =
+        (r == 0 ? c.AllGatherGroup({{a.data(), 8}, {b.data(), 8}}, DType::kFloat32)
+                : c.AllGather(a.data(), 16, DType::kFloat32))
+            ->Wait(absl::Seconds(20));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(r == 0 ? "rank 1 called #1 all_gather(fp32 x 16)"
+                                 : "rank 0 called #1 all_gather(fp32 x 16 in 2 buffers)"))
+        << s;
   });
 }
 
