@@ -13,9 +13,10 @@ namespace zerod::comm::internal {
 void SumBf16Avx2(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 s0 = _mm256_add_ps(avx2::LoadBf16x8(a + i), avx2::LoadBf16x8(b + i));
-    const __m256 s1 = _mm256_add_ps(avx2::LoadBf16x8(a + i + 8), avx2::LoadBf16x8(b + i + 8));
-    avx2::StoreBf16x16(out + i, s0, s1);
+    __m256 a0, a1, b0, b1;
+    avx2::LoadBf16x16(a + i, &a0, &a1);
+    avx2::LoadBf16x16(b + i, &b0, &b1);
+    avx2::StoreBf16x16(out + i, _mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1));
   }
   for (; i < n; ++i) out[i] = FloatToBf16(Bf16ToFloat(a[i]) + Bf16ToFloat(b[i]));
 }

@@ -27,22 +27,25 @@ struct Constants {
       neg_step;
 };
 
+// The gradients of elements [i, i + 16), as two vectors of 8 floats.
 template <DType kGrad>
-inline __m256 LoadGrad8(const void* grad, int64_t i) {
+inline void LoadGrad16(const void* grad, int64_t i, __m256* g0, __m256* g1) {
   if constexpr (kGrad == DType::kFloat32) {
-    return _mm256_loadu_ps(static_cast<const float*>(grad) + i);
+    *g0 = _mm256_loadu_ps(static_cast<const float*>(grad) + i);
+    *g1 = _mm256_loadu_ps(static_cast<const float*>(grad) + i + 8);
   } else if constexpr (kGrad == DType::kFloat16) {
-    return avx2::LoadFp16x8(static_cast<const uint16_t*>(grad) + i);
+    *g0 = avx2::LoadFp16x8(static_cast<const uint16_t*>(grad) + i);
+    *g1 = avx2::LoadFp16x8(static_cast<const uint16_t*>(grad) + i + 8);
   } else {
-    return avx2::LoadBf16x8(static_cast<const uint16_t*>(grad) + i);
+    avx2::LoadBf16x16(static_cast<const uint16_t*>(grad) + i, g0, g1);
   }
 }
 
-// AdamElement on elements [i, i + 8): updates param, m and v in place, returns the new param.
-template <DType kGrad>
-inline __m256 Step8(const Constants& c, const void* grad, float* param, float* exp_avg,
+// AdamElement on elements [i, i + 8) with their gradients `grad`: updates param, m and v in
+// place, returns the new param.
+inline __m256 Step8(const Constants& c, __m256 grad, float* param, float* exp_avg,
                     float* exp_avg_sq, int64_t i) {
-  __m256 g = _mm256_mul_ps(LoadGrad8<kGrad>(grad, i), c.multiplier);
+  __m256 g = _mm256_mul_ps(grad, c.multiplier);
   __m256 p = _mm256_mul_ps(_mm256_loadu_ps(param + i), c.decay);
   g = _mm256_add_ps(g, _mm256_mul_ps(c.wd, p));
   __m256 m = _mm256_mul_ps(_mm256_loadu_ps(exp_avg + i), c.beta1);
@@ -84,8 +87,10 @@ void Loop(const AdamShard& s, const AdamScalars& k, int64_t begin, int64_t end) 
     _mm_prefetch(reinterpret_cast<const char*>(param + i + 256), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(exp_avg + i + 256), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(exp_avg_sq + i + 256), _MM_HINT_T0);
-    const __m256 p0 = Step8<kGrad>(c, grad, param, exp_avg, exp_avg_sq, i);
-    const __m256 p1 = Step8<kGrad>(c, grad, param, exp_avg, exp_avg_sq, i + 8);
+    __m256 g0, g1;
+    LoadGrad16<kGrad>(grad, i, &g0, &g1);
+    const __m256 p0 = Step8(c, g0, param, exp_avg, exp_avg_sq, i);
+    const __m256 p1 = Step8(c, g1, param, exp_avg, exp_avg_sq, i + 8);
     StoreCopy16<kCopy>(low, i, p0, p1);
   }
   for (; i < end; ++i) AdamElement(s, k, i);
