@@ -18,9 +18,13 @@ class WorkGroup final : public Work {
           works_[waited_]->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
       if (s.code() == absl::StatusCode::kDeadlineExceeded) return s;  // may be waited for again
       if (!s.ok()) {
-        // The communicator failed: the rest fail with it (their Waits return once nothing can
-        // land).
-        for (size_t i = waited_ + 1; i < works_.size(); ++i) (void)works_[i]->Wait(timeout);
+        // One failed: the rest cannot be trusted to complete (a backend need not have failed
+        // them), so they are aborted, and waited for until their buffers are let go (an aborted
+        // work's Wait returns once nothing can land).
+        for (size_t i = waited_ + 1; i < works_.size(); ++i) {
+          works_[i]->Abort(s);
+          (void)works_[i]->Wait(timeout);
+        }
         waited_ = works_.size();
         failure_ = s;
         return s;

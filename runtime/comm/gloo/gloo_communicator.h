@@ -122,9 +122,15 @@ class GlooCommunicator final : public Communicator {
   // for why): registered for the object's lifetime; the constructor throws when the communicator
   // was aborted already.
   class WatchedBuffers;
-  // Several parts go round together, packed into one message per step.
+  // A group's parts go round in a few rings (Rings in the .cc): a large part alone, small ones
+  // packed into one message per step.
   void RingReduceScatter(const std::vector<RingPart>& parts, DType dtype);
   void RingAllGather(const std::vector<RingPart>& parts);
+  // One ring: one part sent from its buffer, or several packed into one message per step.
+  void RingReduceScatterOnce(const std::vector<RingPart>& parts, DType dtype);
+  void RingAllGatherOnce(const std::vector<RingPart>& parts);
+  // Frees staging buffers grown beyond what is kept between collectives.
+  void TrimStaging();
   // The parts of a group's non-empty buffers.
   std::vector<RingPart> RingParts(const std::vector<ChunkedBuffer>& buffers, DType dtype) const;
   // Staging buffer `which` (0 or 1) of at least `bytes`, for the running collective.

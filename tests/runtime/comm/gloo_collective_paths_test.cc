@@ -238,19 +238,27 @@ struct GroupCase {
   const char* name;
   std::vector<int64_t> chunk_counts;
   int64_t all_to_all_max_world;
+  int64_t max_world = 4;  // the largest world run (large cases: 2, for the test's memory)
 };
+
+// An fp32 chunk of this many elements goes round in a ring of its own (kOwnRingBytes, 4 MiB).
+constexpr int64_t kOwnRingFloats = int64_t{1} << 20;
 
 const GroupCase kGroups[] = {
     {"inline", {37, 0, 5, 1}, 16},
     {"inline, largest", {kInlineFloats / 2, 0, kInlineFloats / 2}, 16},
-    {"ring, just over inline together", {kInlineFloats / 2, kInlineFloats / 2 + 1}, 16},
+    {"ring, just over inline together", {kInlineFloats, kInlineFloats + 1}, 16},
+    // fp32 chunks of 4 MiB and more go round in rings of their own, smaller ones packed.
+    {"ring, large and small parts", {kOwnRingFloats + 3, 5, 0, 17, kOwnRingFloats}, 16, 2},
+    // Small parts of more than 16 MiB a step in all: two packed rings.
+    {"ring, many small parts", std::vector<int64_t>(5, kOwnRingFloats - 1000), 16, 2},
     {"ring, uneven", {3 * kInlineFloats + 7, 0, 11, kInlineFloats + 1}, 16},
     {"neighbour leads", {37, 0, 5}, 1},
 };
 
 TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSums) {
   for (const GroupCase& g : kGroups) {
-    for (int64_t world : {1, 2, 3, 4}) {
+    for (int64_t world = 1; world <= g.max_world; ++world) {
       SCOPED_TRACE(testing::Message() << g.name << ", world " << world);
       int64_t per_peer = 0;
       for (int64_t c : g.chunk_counts) per_peer += c;
@@ -321,17 +329,33 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
 }
 
 // A group of one buffer is the single collective, and an empty group is a collective too: ranks
-// mixing the two forms in the same order stay in step.
+// mixing the two forms in the same order stay in step, inline and on the ring, with leads to
+// every rank and to the neighbours only.
 TEST(GlooCollectivePaths, AGroupOfOneIsTheSingleCollective) {
-  OnRanks(3, [&](int64_t r, Communicator& c) {
-    std::vector<float> data(30, static_cast<float>(r + 1));
-    auto first = r == 0 ? c.ReduceScatterGroup({{data.data(), 10}}, DType::kFloat32)
-                        : c.ReduceScatter(data.data(), 10, DType::kFloat32);
-    ASSERT_TRUE(first->Wait(absl::Seconds(30)).ok());
-    for (int64_t i = r * 10; i < r * 10 + 10; ++i) ASSERT_EQ(data[i], 6.0f);
-    ASSERT_TRUE(c.AllGatherGroup({}, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
-    ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
-  });
+  for (int64_t chunk : {int64_t{10}, 2 * kInlineFloats}) {
+    for (int64_t all_to_all_max_world : {16, 1}) {
+      SCOPED_TRACE(testing::Message()
+                   << "chunk " << chunk << ", all-to-all up to " << all_to_all_max_world);
+      GlooOptions options;
+      options.lead_all_to_all_max_world = all_to_all_max_world;
+      OnRanks(
+          3,
+          [&](int64_t r, Communicator& c) {
+            std::vector<float> data(static_cast<size_t>(3 * chunk), static_cast<float>(r + 1));
+            auto first = r == 0 ? c.ReduceScatterGroup({{data.data(), chunk}}, DType::kFloat32)
+                                : c.ReduceScatter(data.data(), chunk, DType::kFloat32);
+            ASSERT_TRUE(first->Wait(absl::Seconds(30)).ok());
+            for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) ASSERT_EQ(data[i], 6.0f);
+            auto second = r == 1 ? c.AllGatherGroup({{data.data(), chunk}}, DType::kFloat32)
+                                 : c.AllGather(data.data(), chunk, DType::kFloat32);
+            ASSERT_TRUE(second->Wait(absl::Seconds(30)).ok());
+            for (float x : data) ASSERT_EQ(x, 6.0f);
+            ASSERT_TRUE(c.AllGatherGroup({}, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+            ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
+          },
+          absl::Seconds(30), -1, options);
+    }
+  }
 }
 
 // Ranks whose groups hold as many elements cut into other buffers (a segment plan that differs)
