@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   double lr = 1e-2, clip = 0.0;
   bool reference = false, shared_gathers = false;
+  int64_t max_live_units = plan::PlanOptions{}.max_live_units;
   examples::MlpShape shape;
   CLI::App app{"train_mlp: the example MLP trained with ZeRO under zerod"};
   app.add_option("--stage", stage_text, "0, 1, 2, 3 or auto")->capture_default_str();
@@ -203,6 +204,11 @@ int main(int argc, char** argv) {
   app.add_option("--kill-rank-in-save", kill_rank_in_save,
                  "Failure injection R:K: on the first attempt rank R kills itself in the middle "
                  "of writing its file of step K's checkpoint");
+  app.add_option("--max-live-units", max_live_units,
+                 "Stage 3: most units (layers) gathered at once; as many as --layers keeps "
+                 "backward from gathering them again")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{1023}));
   app.add_flag("--shared-gathers", shared_gathers,
                "Stage 3: gathers share the main communicator instead of their own");
   app.add_flag("--reference", reference, "Unsharded single-process run, no daemon");
@@ -259,6 +265,7 @@ int main(int argc, char** argv) {
   plan_options.param_dtype = *dtype;
   plan_options.grad_dtype = *dtype;
   plan_options.reduce_bucket_bytes = 64 << 10;  // small buckets: a small model still overlaps
+  plan_options.max_live_units = max_live_units;
   const std::vector<plan::TensorSpec> layout = examples::MlpLayout(shape, *dtype);
 
   // The engine: under a session (which makes and wires it), or (reference) on one local rank.

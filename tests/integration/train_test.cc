@@ -91,6 +91,27 @@ TEST(Train, StageThreeGathersGiveTheSameRunOnEitherCommunicator) {
   EXPECT_EQ(runs[0]["comm_bytes_by_collective"], runs[1]["comm_bytes_by_collective"]);
 }
 
+// With every layer's unit live at once, backward finds the units forward gathered: fewer bytes
+// all-gathered, the same run.
+TEST(Train, KeepingEveryUnitLiveSavesBackwardsGathersAndChangesNoNumber) {
+  ZerodHarness zerod;
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  std::vector<json> runs;
+  for (const char* live : {"2", "4"}) {
+    const ProcessResult r =
+        RunProcess({ZERORUN_PATH, "-n", "2", "--endpoint", zerod.endpoint(), "--job",
+                    std::string("live") + live, "--", TRAIN_MLP_PATH, "--stage", "3", "--layers",
+                    "4", "--hidden", "64", "--steps", "3", "--max-live-units", live});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    runs.push_back(TrainSummary(r.out));
+  }
+  EXPECT_EQ(runs[0]["final_loss"], runs[1]["final_loss"]);
+  EXPECT_EQ(runs[0]["comm_bytes_by_collective"]["reduce_scatter"],
+            runs[1]["comm_bytes_by_collective"]["reduce_scatter"]);
+  EXPECT_LT(runs[1]["comm_bytes_by_collective"]["all_gather"].get<int64_t>(),
+            runs[0]["comm_bytes_by_collective"]["all_gather"].get<int64_t>());
+}
+
 TEST(Train, ABadDeviceIsAUsageError) {
   const ProcessResult r = RunProcess({TRAIN_MLP_PATH, "--device", "tpu:0"});
   EXPECT_EQ(r.exit_code, 2);
