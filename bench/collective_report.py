@@ -70,13 +70,31 @@ def main():
                     worst.append((zt / tt, op, world, size))
         if any(k[0] == "torch" and k[1] == world and k[2] == "reduce_scatter" for k in times):
             print("(torch's gloo backend has no reduce_scatter)")
+    grouped = sorted({(k[1], k[3]) for k in times if k[2].endswith("_grouped")})
+    if grouped:
+        buffers = next(r["buffers"] for k, r in times.items() if k[2].endswith("_grouped"))
+        print()
+        print(f"the same bytes cut into {buffers} buffers: one grouped collective, and one"
+              f" collective per buffer (zerod us)")
+        print(f"{'world':<7}{'size':>9}{'op':>16}{'one buffer':>12}{'grouped':>10}"
+              f"{'per buffer':>12}{'grouped/one':>13}")
+        for world, size in grouped:
+            for op in ("reduce_scatter", "all_gather"):
+                one = times.get(("zerod", world, op, size))
+                group = times.get(("zerod", world, op + "_grouped", size))
+                each = times.get(("zerod", world, op + "_separately", size))
+                if not (one and group and each):
+                    continue
+                print(f"{world:<7}{size_name(size):>9}{op:>16}{one['time_us']:>12.1f}"
+                      f"{group['time_us']:>10.1f}{each['time_us']:>12.1f}"
+                      f"{group['time_us'] / one['time_us']:>13.2f}")
     print()
     if worst:
         ratio, op, world, size = max(worst)
         print(f"aim, every collective at most torch gloo's time: worst zerod/torch {ratio:.2f}"
               f" ({op}, world {world}, {size_name(size)})")
     small = [(r["time_us"], r["op"], r["world"]) for k, r in times.items()
-             if k[0] == "zerod" and k[3] == 4096]
+             if k[0] == "zerod" and k[3] == 4096 and r.get("buffers", 1) == 1]
     if small and 4096 in rtt:
         t, op, world = max(small)
         print(f"aim, 4 KiB within 1.5x the loopback round trip ({rtt[4096]:.1f} us): worst"

@@ -250,6 +250,8 @@ const GroupCase kGroups[] = {
     {"ring, just over inline together", {kInlineFloats, kInlineFloats + 1}, 16},
     // fp32 chunks of 4 MiB and more go round in rings of their own, smaller ones packed.
     {"ring, large and small parts", {kOwnRingFloats + 3, 5, 0, 17, kOwnRingFloats}, 16, 2},
+    // A chunk over 8 MiB is reduce-scattered in two messages, the second short.
+    {"ring, a part in pieces", {2 * kOwnRingFloats + 5}, 16, 2},
     // Small parts of more than 16 MiB a step in all: two packed rings.
     {"ring, many small parts", std::vector<int64_t>(5, kOwnRingFloats - 1000), 16, 2},
     {"ring, uneven", {3 * kInlineFloats + 7, 0, 11, kInlineFloats + 1}, 16},
