@@ -129,6 +129,8 @@ class GlooCommunicator final : public Communicator {
   // One ring: one part sent from its buffer, or several packed into one message per step.
   void RingReduceScatterOnce(const std::vector<RingPart>& parts, DType dtype);
   void RingAllGatherOnce(const std::vector<RingPart>& parts);
+  // An all-gather of parts each received into place, as messages of their own all in flight.
+  void RingAllGatherInPlace(const std::vector<RingPart>& parts);
   // Frees staging buffers grown beyond what is kept between collectives.
   void TrimStaging();
   // The parts of a group's non-empty buffers.
