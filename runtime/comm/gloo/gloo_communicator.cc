@@ -434,6 +434,7 @@ constexpr size_t kInPlaceAllGatherBytes = size_t{256} << 10;
 // A part in a ring of its own is reduce-scattered in messages of at most this many bytes (a
 // multiple of every element size).
 constexpr size_t kRingPieceBytes = size_t{8} << 20;
+static_assert(kRingPieceBytes % 8 == 0, "a piece must hold whole elements of every dtype");
 // Staging is kept between collectives up to this size each (a larger one is freed at the end).
 constexpr size_t kKeptStagingBytes = size_t{16} << 20;
 
@@ -467,10 +468,13 @@ std::vector<std::vector<GlooCommunicator::RingPart>> Rings(
 
 char* GlooCommunicator::Staging(int which, size_t bytes) {
   // Kept between collectives (only the running one uses them): a fresh megabyte per collective
-  // cost page faults and zeroing on every step. At most kPackedRingBytes, or a large part's chunk
-  // (a reduce-scatter's receive), or world x 64 KiB (an inline group's payloads).
+  // cost page faults and zeroing on every step. At most kPackedRingBytes (a packed ring's step),
+  // kRingPieceBytes (a reduce-scatter's piece) or world x 64 KiB (an inline group's payloads).
   std::vector<char>& buffer = staging_[which];
-  if (buffer.size() < bytes) buffer.resize(bytes);
+  if (buffer.size() < bytes) {
+    buffer.reserve(bytes);  // exactly: resize alone may double, past what TrimStaging keeps
+    buffer.resize(bytes);
+  }
   return buffer.data();
 }
 
@@ -584,6 +588,7 @@ void GlooCommunicator::RingReduceScatterOnce(const std::vector<RingPart>& parts,
       if (out > 0) source->send(next, slot, send_at + done, out);
       if (in > 0) Waited(incoming->waitRecv(timeout), "receive");
       if (out > 0) Waited(source->waitSend(timeout), "send");
+      if (in == 0) continue;  // this step's chunk to receive is shorter than the one to send
       // Packed: one piece holds the chunk of every part, end to end (done is 0).
       const char* term = scratch;
       for (const RingPart& part : parts) {

@@ -247,13 +247,14 @@ constexpr int64_t kOwnRingFloats = int64_t{1} << 20;
 const GroupCase kGroups[] = {
     {"inline", {37, 0, 5, 1}, 16},
     {"inline, largest", {kInlineFloats / 2, 0, kInlineFloats / 2}, 16},
-    {"ring, just over inline together", {kInlineFloats, kInlineFloats + 1}, 16},
+    {"ring, just over inline together", {kInlineFloats / 2, kInlineFloats / 2 + 1}, 16},
+    {"ring, over inline together in bf16 too", {kInlineFloats, kInlineFloats + 1}, 16},
     // fp32 chunks of 4 MiB and more go round in rings of their own, smaller ones packed.
-    {"ring, large and small parts", {kOwnRingFloats + 3, 5, 0, 17, kOwnRingFloats}, 16, 2},
+    {"ring, large and small parts", {kOwnRingFloats + 3, 5, 0, 17, kOwnRingFloats}, 16, 3},
     // A chunk over 8 MiB is reduce-scattered in two messages, the second short.
-    {"ring, a part in pieces", {2 * kOwnRingFloats + 5}, 16, 2},
-    // Small parts of more than 16 MiB a step in all: two packed rings.
-    {"ring, many small parts", std::vector<int64_t>(5, kOwnRingFloats - 1000), 16, 2},
+    {"ring, a part in pieces", {2 * kOwnRingFloats + 5}, 16, 3},
+    // Small parts of more than 16 MiB a step in all: two packed rings of four.
+    {"ring, many small parts", std::vector<int64_t>(8, kOwnRingFloats - 1000), 16, 2},
     {"ring, uneven", {3 * kInlineFloats + 7, 0, 11, kInlineFloats + 1}, 16},
     {"neighbour leads", {37, 0, 5}, 1},
 };
@@ -328,6 +329,26 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
           absl::Seconds(30), -1, options);
     }
   }
+}
+
+// A split all-reduce whose chunks are reduce-scattered in two messages each, the last chunk
+// shorter than the others (a rank sends a longer chunk than it receives, or the reverse), at 3
+// ranks: against the unsharded sum, exactly (small integers).
+TEST(GlooCollectivePaths, ASplitAllReduceInPiecesEqualsTheUnshardedSum) {
+  GlooOptions split;
+  split.split_all_reduce_max_bytes = kSplitAllReduce;
+  const int64_t n = 3 * 2 * kOwnRingFloats + 7;  // chunks of 2^21 + 3 floats, the last 2^21 + 1
+  OnRanks(
+      3,
+      [&](int64_t r, Communicator& c) {
+        std::vector<float> data(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) data[i] = WholeValue(r, i);
+        ASSERT_TRUE(c.AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(60)).ok());
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(data[i], WholeValue(0, i) + WholeValue(1, i) + WholeValue(2, i)) << i;
+        }
+      },
+      absl::Seconds(60), -1, split);
 }
 
 // A group of one buffer is the single collective, and an empty group is a collective too: ranks
