@@ -289,9 +289,9 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
               bf16_group.push_back({bf16[b].data(), g.chunk_counts[b]});
             }
             ASSERT_TRUE(
-                c.ReduceScatterGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+                c.ReduceScatterGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(120)).ok());
             ASSERT_TRUE(
-                c.ReduceScatterGroup(bf16_group, DType::kBFloat16)->Wait(absl::Seconds(30)).ok());
+                c.ReduceScatterGroup(bf16_group, DType::kBFloat16)->Wait(absl::Seconds(120)).ok());
             for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
               const int64_t chunk = g.chunk_counts[b];
               for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
@@ -313,7 +313,7 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
               }
             }
             ASSERT_TRUE(
-                c.AllGatherGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+                c.AllGatherGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(120)).ok());
             for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
               const int64_t chunk = g.chunk_counts[b];
               for (int64_t i = 0; i < world * chunk; ++i) {
@@ -326,7 +326,7 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
             EXPECT_EQ(c.BytesReceived()["reduce_scatter"], (world - 1) * per_peer * (4 + 2));
             EXPECT_EQ(c.BytesSent()["all_gather"], (world - 1) * per_peer * 4);
           },
-          absl::Seconds(30), -1, options);
+          absl::Seconds(120), -1, options);
     }
   }
 }
