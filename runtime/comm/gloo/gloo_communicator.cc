@@ -677,34 +677,46 @@ std::unique_ptr<Work> GlooCommunicator::ReduceScatter(void* data, int64_t chunk_
   return ReduceScatterGroup({{data, chunk_count}}, dtype);
 }
 
-std::unique_ptr<Work> GlooCommunicator::ReduceScatterGroup(
-    const std::vector<ChunkedBuffer>& buffers, DType dtype) {
+std::unique_ptr<Work> GlooCommunicator::EnqueueGroup(const char* name,
+                                                     internal::CollectiveKind kind,
+                                                     const std::vector<ChunkedBuffer>& buffers,
+                                                     DType dtype, GroupBody body) {
   const GroupShape shape(buffers, dtype);
   const int64_t moved = (world_size_ - 1) * static_cast<int64_t>(shape.peer_bytes);
   const bool direct = leads_.CarriesInline(shape.peer_bytes);
-  return Enqueue("reduce_scatter", moved, moved, [this, buffers, shape, dtype, direct] {
-    const auto lead =
-        NextGroup(internal::CollectiveKind::kReduceScatter, shape.counts, shape.chunk_count, dtype);
+  return Enqueue(name, moved, moved, [this, kind, buffers, shape, dtype, direct, body] {
+    const auto lead = NextGroup(kind, shape.counts, shape.chunk_count, dtype);
     if (world_size_ == 1) return;
     const std::vector<RingPart> parts = RingParts(buffers, dtype);
     if (direct) {
-      // Each peer gets the chunk it owns of every buffer and sums the world's in rank order.
-      leads_.Exchange(lead, [&](int peer) {
-        return std::pair<const void*, size_t>(Packed(parts, peer, peer), shape.peer_bytes);
-      });
-      size_t at = 0;
-      for (const RingPart& part : parts) {
-        char* mine = part.data + part.chunks.offset(rank_);
-        SumInRankOrder(mine, mine, part.chunks.per_chunk, dtype, at, shape.peer_bytes);
-        at += part.chunks.bytes(rank_);
-      }
+      body(lead, parts, shape.peer_bytes);
+    } else {
+      leads_.Exchange(lead, nullptr);
       leads_.Release();
-      return;
+      body(std::nullopt, parts, shape.peer_bytes);
     }
-    leads_.Exchange(lead, nullptr);
-    leads_.Release();
-    RingReduceScatter(parts, dtype);
   });
+}
+
+std::unique_ptr<Work> GlooCommunicator::ReduceScatterGroup(
+    const std::vector<ChunkedBuffer>& buffers, DType dtype) {
+  return EnqueueGroup(
+      "reduce_scatter", internal::CollectiveKind::kReduceScatter, buffers, dtype,
+      [this, dtype](const std::optional<internal::CollectiveDescriptor>& inline_lead,
+                    const std::vector<RingPart>& parts, size_t peer_bytes) {
+        if (!inline_lead) return RingReduceScatter(parts, dtype);
+        // Each peer gets the chunk it owns of every buffer and sums the world's in rank order.
+        leads_.Exchange(*inline_lead, [&](int peer) {
+          return std::pair<const void*, size_t>(Packed(parts, peer, peer), peer_bytes);
+        });
+        size_t at = 0;
+        for (const RingPart& part : parts) {
+          char* mine = part.data + part.chunks.offset(rank_);
+          SumInRankOrder(mine, mine, part.chunks.per_chunk, dtype, at, peer_bytes);
+          at += part.chunks.bytes(rank_);
+        }
+        leads_.Release();
+      });
 }
 
 std::unique_ptr<Work> GlooCommunicator::AllGather(void* data, int64_t chunk_count, DType dtype) {
@@ -713,30 +725,19 @@ std::unique_ptr<Work> GlooCommunicator::AllGather(void* data, int64_t chunk_coun
 
 std::unique_ptr<Work> GlooCommunicator::AllGatherGroup(const std::vector<ChunkedBuffer>& buffers,
                                                        DType dtype) {
-  const GroupShape shape(buffers, dtype);
-  const int64_t moved = (world_size_ - 1) * static_cast<int64_t>(shape.peer_bytes);
-  const bool direct = leads_.CarriesInline(shape.peer_bytes);
-  return Enqueue("all_gather", moved, moved, [this, buffers, shape, dtype, direct] {
-    const auto lead =
-        NextGroup(internal::CollectiveKind::kAllGather, shape.counts, shape.chunk_count, dtype);
-    if (world_size_ == 1) return;
-    const std::vector<RingPart> parts = RingParts(buffers, dtype);
-    if (direct) {
-      // This rank's chunk of every buffer to every peer.
-      const char* mine = Packed(parts, rank_, 0);
-      leads_.Exchange(lead,
-                      [&](int) { return std::pair<const void*, size_t>(mine, shape.peer_bytes); });
-      for (int peer : leads_.peers()) {
-        const char* theirs = InlinePayload(peer, shape.peer_bytes);
-        if (!parts.empty()) UnpackChunk(parts, peer, theirs);
-      }
-      leads_.Release();
-      return;
-    }
-    leads_.Exchange(lead, nullptr);
-    leads_.Release();
-    RingAllGather(parts);
-  });
+  return EnqueueGroup("all_gather", internal::CollectiveKind::kAllGather, buffers, dtype,
+                      [this](const std::optional<internal::CollectiveDescriptor>& inline_lead,
+                             const std::vector<RingPart>& parts, size_t peer_bytes) {
+                        if (!inline_lead) return RingAllGather(parts);
+                        // This rank's chunk of every buffer to every peer.
+                        const char* mine = Packed(parts, rank_, 0);
+                        leads_.Exchange(*inline_lead, [&](int) {
+                          return std::pair<const void*, size_t>(mine, peer_bytes);
+                        });
+                        for (int peer : leads_.peers())
+                          UnpackChunk(parts, peer, InlinePayload(peer, peer_bytes));
+                        leads_.Release();
+                      });
 }
 
 std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DType dtype,

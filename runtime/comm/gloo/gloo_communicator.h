@@ -25,7 +25,9 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -110,6 +112,14 @@ class GlooCommunicator final : public Communicator {
   internal::CollectiveDescriptor NextGroup(internal::CollectiveKind kind,
                                            const std::vector<int64_t>& counts, int64_t total,
                                            DType dtype);
+  // A grouped reduce-scatter or all-gather: its lead, then `body` with the lead still to exchange
+  // when the data goes inline in it (the body exchanges and releases it), or nullopt when the
+  // leads were exchanged and the data goes round the rings. Parts are the non-empty buffers.
+  using GroupBody = std::function<void(const std::optional<internal::CollectiveDescriptor>&,
+                                       const std::vector<RingPart>&, size_t peer_bytes)>;
+  std::unique_ptr<Work> EnqueueGroup(const char* name, internal::CollectiveKind kind,
+                                     const std::vector<ChunkedBuffer>& buffers, DType dtype,
+                                     GroupBody body);
   // What `peer` sent inline with its lead; throws unless it is `bytes` long.
   const char* InlinePayload(int peer, size_t bytes);
   // out = the sum over ranks of their inline contributions (`mine` for this rank), in rank order;
