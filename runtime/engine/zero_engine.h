@@ -20,11 +20,14 @@
 //
 // Gradients of a segment are reduce-scattered as soon as its last tensor arrives (stages 2-3,
 // asynchronously, while backward goes on) or reduced at Step (stages 0-1: all-reduce at 0,
-// reduce-scatter at 1). Step unscales, checks for overflow on every rank, clips by the global
-// norm, runs Adam on the rank's fp32 shard, and all-gathers the new parameters (stages 1-2).
-// Stage 3 gathers a unit on Gather, prefetches the next one, and refuses a tensor of a unit that
-// is not gathered. Given a second communicator (options.gather_comm), stage 3 runs its gathers
-// there, so a prefetch does not queue behind the reduce-scatters of backward.
+// reduce-scatter at 1). Segments of a few hundred KiB cost a collective's latency, not its bytes,
+// so small ones that fill back to back go as one grouped reduce-scatter, and a small unit and its
+// prefetch as one grouped all-gather (up to kCoalesceBytes in zero_engine.cc). Step unscales,
+// checks for overflow on every rank, clips by the global norm, runs Adam on the rank's fp32 shard,
+// and all-gathers the new parameters (stages 1-2). Stage 3 gathers a unit on Gather, prefetches the
+// next one, and refuses a tensor of a unit that is not gathered. Given a second communicator
+// (options.gather_comm), stage 3 runs its gathers there, so a prefetch does not queue behind the
+// reduce-scatters of backward.
 //
 // The trainer's thread drives the engine; each communicator runs collectives on its own thread
 // (Gloo) or stream (NCCL). Buffers live where options.device says: host memory by default, GPU
@@ -37,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -209,11 +213,17 @@ class ZeroEngine {
     int64_t bucket = -1;        // bucket buffer it is filling, or -1
     int64_t gather = -1;        // gather buffer holding its parameters (stage 3), or -1
   };
+  // A collective in flight that several buffers may share (a grouped one): the first wait takes
+  // its result, and every later wait on it gets the same.
+  struct InFlight {
+    std::unique_ptr<comm::Work> work;
+    std::optional<absl::Status> result;
+  };
   // A bucket buffer: one segment's whole gradients until its reduce-scatter lands in the shard.
   struct BucketBuffer {
     PlannedBuffer buffer;
-    int64_t segment = -1;                // filling or being reduced; -1 when free
-    std::unique_ptr<comm::Work> reduce;  // the reduce-scatter in flight, if any
+    int64_t segment = -1;  // filling, full (held_buckets_) or being reduced; -1 when free
+    std::shared_ptr<InFlight> reduce;  // the reduce-scatter in flight, if any
   };
   // A gather buffer: one segment's whole parameters (stage 3).
   // A gather buffer holds one unit's parameters from its all-gather until it is needed for
@@ -221,10 +231,10 @@ class ZeroEngine {
   // gathered again before that (backward right after forward) costs no all-gather.
   struct GatherBuffer {
     PlannedBuffer buffer;
-    int64_t segment = -1;                // -1 when free
-    bool requested = false;              // by Gather and not Released since
-    int64_t last_use = 0;                // when it was last requested or released (for LRU)
-    std::unique_ptr<comm::Work> gather;  // the all-gather in flight, if any
+    int64_t segment = -1;              // -1 when free
+    bool requested = false;            // by Gather and not Released since
+    int64_t last_use = 0;              // when it was last requested or released (for LRU)
+    std::shared_ptr<InFlight> gather;  // the all-gather in flight, if any
   };
 
   ZeroEngine(std::shared_ptr<const plan::ShardPlan> plan, comm::Communicator* comm,
@@ -237,6 +247,9 @@ class ZeroEngine {
   PlannedBuffer* SingleBuffer(plan::MemoryCategory category);
   enum class WaitFor { kGather, kReduce, kUpdate, kOther, kCount };
   absl::Status Wait(std::unique_ptr<comm::Work> work, WaitFor what);
+  // Waits for a shared collective (once: the result is kept for the others sharing it) and lets
+  // go of `in_flight`; OK when it is null.
+  absl::Status Wait(std::shared_ptr<InFlight>& in_flight, WaitFor what);
   // Aborts `work` (and so its communicator) and waits until its buffers are let go.
   void GiveUp(comm::Work& work, const absl::Status& why);
   // Every segment's slice of `flat` (a kFlat buffer) for one grouped `collective`, recorded in
@@ -252,7 +265,14 @@ class ZeroEngine {
   absl::Status Blame(const absl::Status& check, const absl::Status& failure);
   absl::Status FinishReduceScatter(BucketBuffer& bucket);
   absl::StatusOr<BucketBuffer*> BucketFor(int64_t segment);
-  absl::Status LaunchGather(int64_t segment, int64_t gather);
+  // Whether a segment's gradients of a micro-step that is not over should wait in its bucket to
+  // go with the next segments' (kCoalesceBytes): only while another bucket buffer can take the
+  // next segment.
+  bool HoldReduce() const;
+  // One grouped reduce-scatter of every full bucket in held_buckets_.
+  void LaunchHeldReduces();
+  // One grouped all-gather of each (segment, gather buffer) pair.
+  absl::Status LaunchGathers(const std::vector<std::pair<int64_t, int64_t>>& units);
   absl::Status WaitGather(int64_t gather);
   // A gather buffer to gather into: a free one, else the one whose unit (not `keep`) is an unused
   // prefetch or was released longest ago, emptied; -1 when every buffer holds a unit in use.
@@ -303,6 +323,8 @@ class ZeroEngine {
   int64_t grads_this_micro_ = 0;
   int64_t micro_steps_ = 0;
   int64_t next_bucket_ = 0;  // round-robin over bucket buffers
+  // Full buckets whose reduce-scatter waits to go with the next ones', in the order they filled.
+  std::vector<int64_t> held_buckets_;
 
   // Stage 3: the direction of travel, for prefetch.
   int64_t last_gathered_ = -1;

@@ -419,11 +419,14 @@ TEST(ZeroEngine, ADivergedCollectiveOrderIsReportedWithTheRanks) {
   EngineOptions options = Options(DType::kBFloat16);
   options.collective_timeout = absl::Seconds(2);
   OnEngines(3, 2, DType::kBFloat16, options, [&](int64_t r, ZeroEngine& e) {
-    // Rank 1 gathers unit 1 where rank 0 gathers unit 0: the SPMD order is broken.
+    // Rank 1 gathers unit 1 where rank 0 gathers unit 0: the SPMD order is broken. Each gather
+    // takes its prefetch along (units 1 and 2 on rank 1, 0 and 1 on rank 0): the logs part at #2.
     const absl::Status s = e.Gather(r == 0 ? 0 : 1);
     ASSERT_FALSE(s.ok()) << "rank " << r;
     EXPECT_THAT(std::string(s.message()), HasSubstr("collective order diverged"));
-    EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 at #1 all_gather(bf16 x 16)"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("rank 1 at #2 all_gather(bf16 x 20) vs rank 0 at #2 all_gather(bf16 x "
+                          "16)"));
   });
 }
 
@@ -572,6 +575,139 @@ TEST(ZeroEngine, InitParametersFromTakesTheRootsValuesOnEveryRank) {
         EXPECT_EQ((*full[r])[static_cast<size_t>(i)], PairInit(i)) << "rank " << r << " " << i;
       }
       EXPECT_EQ(extra[r], (std::vector<float>{0, 1, 2})) << "rank " << r;
+    }
+  }
+}
+
+// The real Gloo communicator, with a record of the collectives issued through it: "rs 2" is one
+// reduce-scatter of two buffers. (It counts; every collective still runs on Gloo.)
+class CountingCommunicator final : public comm::Communicator {
+ public:
+  explicit CountingCommunicator(std::unique_ptr<comm::Communicator> real)
+      : real_(std::move(real)) {}
+  std::vector<std::string> issued;
+
+  int64_t rank() const override { return real_->rank(); }
+  int64_t world_size() const override { return real_->world_size(); }
+  std::unique_ptr<comm::Work> AllReduce(void* data, int64_t count, DType dtype) override {
+    issued.push_back("ar");
+    return real_->AllReduce(data, count, dtype);
+  }
+  std::unique_ptr<comm::Work> ReduceScatter(void* data, int64_t chunk_count, DType dtype) override {
+    issued.push_back("rs 1");
+    return real_->ReduceScatter(data, chunk_count, dtype);
+  }
+  std::unique_ptr<comm::Work> AllGather(void* data, int64_t chunk_count, DType dtype) override {
+    issued.push_back("ag 1");
+    return real_->AllGather(data, chunk_count, dtype);
+  }
+  std::unique_ptr<comm::Work> ReduceScatterGroup(const std::vector<comm::ChunkedBuffer>& buffers,
+                                                 DType dtype) override {
+    issued.push_back(absl::StrCat("rs ", buffers.size()));
+    return real_->ReduceScatterGroup(buffers, dtype);
+  }
+  std::unique_ptr<comm::Work> AllGatherGroup(const std::vector<comm::ChunkedBuffer>& buffers,
+                                             DType dtype) override {
+    issued.push_back(absl::StrCat("ag ", buffers.size()));
+    return real_->AllGatherGroup(buffers, dtype);
+  }
+  std::unique_ptr<comm::Work> Broadcast(void* data, int64_t count, DType dtype,
+                                        int64_t root) override {
+    issued.push_back("bc");
+    return real_->Broadcast(data, count, dtype, root);
+  }
+  std::unique_ptr<comm::Work> Barrier() override { return real_->Barrier(); }
+  void Abort(const absl::Status& why) override { real_->Abort(why); }
+  std::map<std::string, int64_t> BytesSent() const override { return real_->BytesSent(); }
+  std::map<std::string, int64_t> BytesReceived() const override { return real_->BytesReceived(); }
+
+ private:
+  std::unique_ptr<comm::Communicator> real_;
+};
+
+// Segments this small cost a collective's latency, so the engine groups them: a stage-3 gather
+// takes its prefetch along, and full buckets wait for the next one while another bucket buffer
+// can take the segment after. Segments of 256 KiB or more go alone, as soon as they are full.
+// The parameters still end where the unsharded run's do.
+TEST(ZeroEngine, SmallSegmentsGoAsOneGroupedCollectiveLargeOnesAlone) {
+  for (const int64_t tensor_numel : {int64_t{4}, int64_t{64} << 10}) {
+    SCOPED_TRACE(absl::StrCat(tensor_numel, " floats a tensor"));
+    const bool small = tensor_numel == 4;
+    plan::PlanInput in;
+    for (int i = 0; i < 6; ++i)
+      in.tensors.push_back({absl::StrCat("t", i), {tensor_numel}, DType::kFloat32, ""});
+    in.options.world_size = 2;
+    in.options.stage = 3;
+    in.options.param_dtype = DType::kFloat32;
+    in.options.grad_dtype = DType::kFloat32;
+    in.options.gather_unit_bytes = 2 * tensor_numel * 4;  // three units of two tensors
+    in.options.partition_alignment_numel = 2;
+    in.options.bucket_buffers = 2;
+    in.options.max_live_units = 2;
+    auto made = plan::ShardPlan::Create(in);
+    ASSERT_TRUE(made.ok()) << made.status();
+    auto plan = std::make_shared<const plan::ShardPlan>(*std::move(made));
+    auto init = [&](int64_t t, int64_t i) { return PairInit(tensor_numel * t + i); };
+    auto grad = [&](int64_t r, int64_t t, int64_t i) { return PairGrad(r, tensor_numel * t + i); };
+    static int group = 0;
+    auto store = std::make_shared<comm::PrefixStore>(absl::StrCat("coalesce", group++),
+                                                     std::make_shared<comm::InMemoryStore>());
+    std::vector<std::vector<std::string>> issued(2);
+    std::vector<absl::StatusOr<std::vector<float>>> full(2);
+    std::vector<std::thread> threads;
+    for (int64_t r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        full[static_cast<size_t>(r)] = [&]() -> absl::StatusOr<std::vector<float>> {
+          ZEROD_ASSIGN_OR_RETURN(auto gloo, comm::GlooCommunicator::Create(store, r, 2, {}));
+          CountingCommunicator comm(std::move(gloo));
+          ZEROD_ASSIGN_OR_RETURN(auto e, ZeroEngine::Create(plan, &comm, Options(DType::kFloat32)));
+          ZEROD_RETURN_IF_ERROR(e->InitParameters([&](int64_t t, float* p) {
+            for (int64_t i = 0; i < tensor_numel; ++i) p[i] = init(t, i);
+          }));
+          comm.issued.clear();
+          std::vector<float> g(static_cast<size_t>(tensor_numel));
+          for (int64_t u = 0; u < 3; ++u) {  // forward
+            ZEROD_RETURN_IF_ERROR(e->Gather(u));
+            ZEROD_RETURN_IF_ERROR(e->Release(u));
+          }
+          for (int64_t u = 2; u >= 0; --u) {  // backward
+            ZEROD_RETURN_IF_ERROR(e->Gather(u));
+            for (int64_t t = 2 * u + 1; t >= 2 * u; --t) {
+              for (int64_t i = 0; i < tensor_numel; ++i) g[static_cast<size_t>(i)] = grad(r, t, i);
+              ZEROD_RETURN_IF_ERROR(e->AccumulateGrad(t, g.data()));
+            }
+            ZEROD_RETURN_IF_ERROR(e->Release(u));
+          }
+          ZEROD_RETURN_IF_ERROR(e->Step().status());
+          issued[static_cast<size_t>(r)] = comm.issued;
+          return e->FullMasterParameters();
+        }();
+      });
+    }
+    for (auto& t : threads) t.join();
+    // Forward: unit 0 with unit 1 (small), or alone and then unit 1 prefetched; unit 2
+    // prefetched. Backward: units 2 and 1 still gathered, unit 0 prefetched at Gather(1).
+    // Reduce-scatters (small): segments 2 and 1 hold both bucket buffers, so they go together;
+    // segment 0 is the micro-step's last. Large: each goes when it is full.
+    const std::vector<std::string> want =
+        small ? std::vector<std::string>{"ag 2", "ag 1", "ag 1", "rs 2", "rs 1"}
+              : std::vector<std::string>{"ag 1", "ag 1", "ag 1", "rs 1", "ag 1", "rs 1", "rs 1"};
+    const optim::AdamScalars k = optim::MakeAdamScalars(Options(DType::kFloat32).adam, 1);
+    for (size_t r = 0; r < 2; ++r) {
+      ASSERT_TRUE(full[r].ok()) << full[r].status();
+      EXPECT_EQ(issued[r], want) << "rank " << r;
+      for (int64_t t = 0; t < 6; ++t) {
+        for (int64_t i = 0; i < tensor_numel; ++i) {
+          const float gm =
+              static_cast<float>((static_cast<double>(grad(0, t, i)) + grad(1, t, i)) / 2);
+          const float m = k.one_minus_beta1 * gm;
+          const float v = (k.one_minus_beta2 * gm) * gm;
+          const float want_value =
+              init(t, i) + (-k.step_size) * (m / (std::sqrt(v) / k.bias2_sqrt + k.eps));
+          ASSERT_NEAR((*full[r])[static_cast<size_t>(tensor_numel * t + i)], want_value, 2e-6)
+              << "rank " << r << " tensor " << t << " element " << i;
+        }
+      }
     }
   }
 }
