@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# train_step_bench: one training step of train_mlp at ZeRO stages 0-3 on 2 local ranks under an
+# train_step_bench: one training step of train_mlp at ZeRO stages 0-3 on local ranks under an
 # embedded zerod: step time, peak RSS per rank and bytes sent per step, beside the peer measured
 # in the same run: the unsharded single-process step on the same global batch. Stage 3 runs twice:
 # gathers on their own communicator (the default), and sharing the main one ("3-shared").
 #
 #   bench/train_step_bench.sh [--hidden 512] [--layers 6] [--steps 8] [--dtype bf16] [--rounds 3]
+#                             [--ranks 2] [--batch 64] [--stages 0,1,2,3,3-shared]
+#
+# The demo's job (scripts/demo.sh): --ranks 4 --hidden 128 --layers 4 --dtype fp32 --batch 48.
 #
 # The stages run in turn, --rounds times (0, 1, 2, 3, 3-shared, 0, 1, ...), so that a slow
 # stretch of a shared machine falls on every stage alike; "step ms" and "vs s0" are the medians
 # over the rounds (the ratio taken within each round), the other columns come from the last round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-hidden=512 layers=6 steps=8 dtype=bf16 rounds=3
+hidden=512 layers=6 steps=8 dtype=bf16 rounds=3 ranks=2 batch=64 stage_list=0,1,2,3,3-shared
 while [ $# -gt 0 ]; do
   case "$1" in
     --hidden) hidden=$2; shift 2 ;;
@@ -19,9 +22,14 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --dtype) dtype=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --ranks) ranks=$2; shift 2 ;;
+    --batch) batch=$2; shift 2 ;;
+    --stages) stage_list=$2; shift 2 ;;
     *) echo "train_step_bench: unknown flag $1" >&2; exit 2 ;;
   esac
 done
+IFS=, read -r -a stages <<<"$stage_list"
+[ "${stages[0]}" = 0 ] || { echo "train_step_bench: --stages must start with 0 (the ratios' base)" >&2; exit 2; }
 bin=build/bin
 for b in zerod zerorun train_mlp; do
   [ -x "$bin/$b" ] || { echo "train_step_bench: build first (scripts/build.sh)" >&2; exit 1; }
@@ -31,20 +39,19 @@ trap 'kill "$(cat "$work/pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$work"'
 "$bin/zerod" --socket "$work/s" --listen "" --data-dir "$work/d" --log-level warn >"$work/log" 2>&1 &
 echo $! >"$work/pid"
 for _ in $(seq 200); do [ -S "$work/s" ] && break; sleep 0.05; done
-train=("$bin/train_mlp" --hidden "$hidden" --layers "$layers" --steps "$steps" --dtype "$dtype" --batch 64)
+train=("$bin/train_mlp" --hidden "$hidden" --layers "$layers" --steps "$steps" --dtype "$dtype" --batch "$batch")
 # From rank 0's JSON line (every rank's own breakdown is on its "rank N:" line).
 field() { grep '"plan_digest"' | sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" | tail -n 1; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-"${train[@]}" --reference --world 2 >"$work/ref"
+"${train[@]}" --reference --world "$ranks" >"$work/ref"
 ref_ms=$(field step_time_ms <"$work/ref")
 params=$(field params <"$work/ref")
-stages=(0 1 2 3 3-shared)
 for round in $(seq "$rounds"); do
   for stage in "${stages[@]}"; do
     extra=()
     if [ "$stage" = 3-shared ]; then extra=(--shared-gathers); fi
-    "$bin/zerorun" -n 2 --endpoint "unix://$work/s" --job "bench-$stage-$round" -- "${train[@]}" \
+    "$bin/zerorun" -n "$ranks" --endpoint "unix://$work/s" --job "bench-$stage-$round" -- "${train[@]}" \
       --stage "${stage%-shared}" "${extra[@]}" >"$work/out$stage"
     field step_time_ms <"$work/out$stage" >>"$work/ms$stage"
   done
@@ -54,7 +61,7 @@ for round in $(seq "$rounds"); do
   done
 done
 
-echo "train_step_bench: MLP ${layers}x${hidden} ($params params, $dtype), global batch 64, 2 ranks," \
+echo "train_step_bench: MLP ${layers}x${hidden} ($params params, $dtype), global batch $batch, $ranks ranks," \
   "median of $rounds rounds"
 printf '%-9s %9s %9s %9s %9s %9s %9s %14s %16s %18s  %s\n' "stage" "step ms" "vs s0" "fwd+bwd" \
   "opt step" "w:gather" "w:reduce" "peak RSS KiB" "bytes/step/rank" "model state/rank" \
