@@ -258,13 +258,19 @@ absl::Status ZeroEngine::InitParametersFrom(int64_t root,
 }
 
 absl::Status ZeroEngine::LaunchGathers(const std::vector<std::pair<int64_t, int64_t>>& units) {
-  const auto in_flight = std::make_shared<InFlight>();
-  std::vector<comm::ChunkedBuffer> parts;
+  // Every copy first: a buffer is marked as gathering only once nothing can fail before the
+  // all-gather is issued.
   for (const auto& [segment, gather] : units) {
     GatherBuffer& g = gathers_[static_cast<size_t>(gather)];
     const plan::OwnedRange mine = plan_->SliceOf(rank_, segment);
     ZEROD_RETURN_IF_ERROR(ops_->Copy(g.buffer.Slice(mine), params_.Slice(mine),
                                      mine.numel * DTypeBytes(param_dtype())));
+  }
+  const auto in_flight = std::make_shared<InFlight>();
+  std::vector<comm::ChunkedBuffer> parts;
+  for (const auto& [segment, gather] : units) {
+    GatherBuffer& g = gathers_[static_cast<size_t>(gather)];
+    const plan::OwnedRange mine = plan_->SliceOf(rank_, segment);
     log_.Record("all_gather", mine.numel, param_dtype());
     parts.push_back({g.buffer.memory.data(), mine.numel});
     g.gather = in_flight;
@@ -341,10 +347,16 @@ absl::Status ZeroEngine::Gather(int64_t unit) {
     if (wants_prefetch() && param_bytes(unit) + param_bytes(next) <= kCoalesceBytes) {
       // Small: the prefetch goes in the same all-gather. Buffer g is claimed first, so that
       // finding the prefetch a buffer passes it over.
-      gathers_[static_cast<size_t>(g)].segment = unit;
-      gathers_[static_cast<size_t>(g)].requested = true;
-      ZEROD_ASSIGN_OR_RETURN(const int64_t free, FreeGatherBuffer(/*keep=*/unit));
-      if (free >= 0) launch.emplace_back(next, free);
+      GatherBuffer& claimed = gathers_[static_cast<size_t>(g)];
+      claimed.segment = unit;
+      claimed.requested = true;
+      absl::StatusOr<int64_t> free = FreeGatherBuffer(/*keep=*/unit);
+      if (!free.ok()) {
+        claimed.segment = -1;
+        claimed.requested = false;
+        return free.status();
+      }
+      if (*free >= 0) launch.emplace_back(next, *free);
     }
     ZEROD_RETURN_IF_ERROR(LaunchGathers(launch));
   }
