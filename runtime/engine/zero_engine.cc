@@ -447,6 +447,12 @@ absl::StatusOr<ZeroEngine::BucketBuffer*> ZeroEngine::BucketFor(int64_t segment)
     state.bucket = b;
     return &bucket;
   }
+  // Full buckets held back for a group (HoldReduce) can be sent and waited for: gradients given
+  // out of order may open more segments than HoldReduce left a buffer for.
+  if (!held_buckets_.empty()) {
+    LaunchHeldReduces();
+    return BucketFor(segment);
+  }
   std::vector<int64_t> filling;
   for (const BucketBuffer& bucket : buckets_) filling.push_back(bucket.segment);
   return absl::FailedPreconditionError(absl::StrCat(

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
@@ -488,28 +489,31 @@ std::vector<absl::StatusOr<std::vector<float>>> StepInOrder(int stage, int64_t w
 TEST(ZeroEngine, SegmentsFilledOutOfOrderTakeAFreeBucketBuffer) {
   // t5 opens segment 2 in bucket 0, t3 segment 1 in bucket 1, which t2 completes. t1 opens
   // segment 0 while segment 2 still fills bucket 0: it must wait for bucket 1, not share bucket 0.
-  const std::vector<int64_t> interleaved = {5, 3, 2, 1, 0, 4};
+  // Or: t5, t4 fill segment 2, whose reduce-scatter is held back for a group while bucket 1 is
+  // free; t3 opens segment 1 there, and t1 segment 0: the held bucket must go and be reused.
+  const std::vector<std::vector<int64_t>> orders = {{5, 3, 2, 1, 0, 4}, {5, 4, 3, 1, 2, 0}};
   const optim::AdamScalars k = optim::MakeAdamScalars(Options(DType::kFloat32).adam, 1);
-  for (int stage : {2, 3}) {
-    SCOPED_TRACE(absl::StrCat("stage ", stage));
-    const auto got = StepInOrder(stage, 2, interleaved);
-    const auto in_order = StepInOrder(stage, 2, {5, 4, 3, 2, 1, 0});
-    for (size_t r = 0; r < got.size(); ++r) {
-      ASSERT_TRUE(got[r].ok()) << got[r].status();
-      ASSERT_TRUE(in_order[r].ok()) << in_order[r].status();
-      EXPECT_EQ(*got[r], *in_order[r]) << "rank " << r << ": the order changes no bit";
-      ASSERT_EQ(got[r]->size(), 24u);
-      for (int64_t i = 0; i < 24; ++i) {
-        const float g =
-            static_cast<float>((static_cast<double>(PairGrad(0, i)) + PairGrad(1, i)) / 2);
-        const float m = k.one_minus_beta1 * g;
-        const float v = (k.one_minus_beta2 * g) * g;
-        const float want =
-            PairInit(i) + (-k.step_size) * (m / (std::sqrt(v) / k.bias2_sqrt + k.eps));
-        ASSERT_NEAR((*got[r])[static_cast<size_t>(i)], want, 2e-6) << "element " << i;
+  for (const std::vector<int64_t>& interleaved : orders)
+    for (int stage : {2, 3}) {
+      SCOPED_TRACE(absl::StrCat("stage ", stage, ", order ", absl::StrJoin(interleaved, " ")));
+      const auto got = StepInOrder(stage, 2, interleaved);
+      const auto in_order = StepInOrder(stage, 2, {5, 4, 3, 2, 1, 0});
+      for (size_t r = 0; r < got.size(); ++r) {
+        ASSERT_TRUE(got[r].ok()) << got[r].status();
+        ASSERT_TRUE(in_order[r].ok()) << in_order[r].status();
+        EXPECT_EQ(*got[r], *in_order[r]) << "rank " << r << ": the order changes no bit";
+        ASSERT_EQ(got[r]->size(), 24u);
+        for (int64_t i = 0; i < 24; ++i) {
+          const float g =
+              static_cast<float>((static_cast<double>(PairGrad(0, i)) + PairGrad(1, i)) / 2);
+          const float m = k.one_minus_beta1 * g;
+          const float v = (k.one_minus_beta2 * g) * g;
+          const float want =
+              PairInit(i) + (-k.step_size) * (m / (std::sqrt(v) / k.bias2_sqrt + k.eps));
+          ASSERT_NEAR((*got[r])[static_cast<size_t>(i)], want, 2e-6) << "element " << i;
+        }
       }
     }
-  }
 }
 
 TEST(ZeroEngine, MoreSegmentsFillingThanBucketBuffersIsAnError) {
