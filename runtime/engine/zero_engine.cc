@@ -333,9 +333,6 @@ absl::Status ZeroEngine::Gather(int64_t unit) {
     return plan_->options().prefetch_depth > 0 && next >= 0 && next < num_units() &&
            segments_[static_cast<size_t>(next)].gather < 0;
   };
-  auto param_bytes = [&](int64_t segment) {
-    return plan_->segments()[static_cast<size_t>(segment)].padded_numel * DTypeBytes(param_dtype());
-  };
   if (segments_[static_cast<size_t>(unit)].gather < 0) {
     ZEROD_ASSIGN_OR_RETURN(const int64_t g, FreeGatherBuffer(/*keep=*/-1));
     if (g < 0) {
@@ -344,7 +341,8 @@ absl::Status ZeroEngine::Gather(int64_t unit) {
                        " gather buffers hold units (plan max_live_units); Release one first"));
     }
     std::vector<std::pair<int64_t, int64_t>> launch = {{unit, g}};
-    if (wants_prefetch() && param_bytes(unit) + param_bytes(next) <= kCoalesceBytes) {
+    if (wants_prefetch() &&
+        SegmentBytes(unit, param_dtype()) + SegmentBytes(next, param_dtype()) <= kCoalesceBytes) {
       // Small: the prefetch goes in the same all-gather. Buffer g is claimed first, so that
       // finding the prefetch a buffer passes it over.
       GatherBuffer& claimed = gathers_[static_cast<size_t>(g)];
@@ -466,9 +464,7 @@ bool ZeroEngine::HoldReduce() const {
   if (grads_this_micro_ + 1 == static_cast<int64_t>(plan_->tensors().size())) return false;
   int64_t held_bytes = 0;
   for (int64_t b : held_buckets_) {
-    const int64_t segment = buckets_[static_cast<size_t>(b)].segment;
-    held_bytes +=
-        plan_->segments()[static_cast<size_t>(segment)].padded_numel * DTypeBytes(grad_dtype());
+    held_bytes += SegmentBytes(buckets_[static_cast<size_t>(b)].segment, grad_dtype());
   }
   if (held_bytes >= kCoalesceBytes) return false;
   // The next segment needs a bucket buffer that is free or whose reduce-scatter it can wait for.
@@ -540,7 +536,6 @@ absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
   ZEROD_RETURN_IF_ERROR(DropGatheredUnits());
   // 1. Finish the reductions.
   if (stage_ >= 2) {
-    LaunchHeldReduces();  // none: the micro-step's last gradient sent them
     for (BucketBuffer& bucket : buckets_) ZEROD_RETURN_IF_ERROR(FinishReduceScatter(bucket));
   } else if (stage_ == 0) {
     log_.Record("all_reduce", grads_.memory.numel(), gd);

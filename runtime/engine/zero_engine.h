@@ -265,6 +265,10 @@ class ZeroEngine {
   absl::Status Blame(const absl::Status& check, const absl::Status& failure);
   absl::Status FinishReduceScatter(BucketBuffer& bucket);
   absl::StatusOr<BucketBuffer*> BucketFor(int64_t segment);
+  // A whole segment's bytes in `dtype`, padding included.
+  int64_t SegmentBytes(int64_t segment, DType dtype) const {
+    return plan_->segments()[static_cast<size_t>(segment)].padded_numel * DTypeBytes(dtype);
+  }
   // Whether a segment's gradients of a micro-step that is not over should wait in its bucket to
   // go with the next segments' (kCoalesceBytes): only while another bucket buffer can take the
   // next segment.

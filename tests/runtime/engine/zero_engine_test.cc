@@ -58,6 +58,14 @@ float Grad(int64_t r, int64_t s, int64_t global_i, float w) {
   return a * (w - b);
 }
 
+// Parameter w after Adam's first step with gradient g (m and v start at zero), in the order of
+// operations Reference uses.
+float FirstAdamStep(const optim::AdamScalars& k, float w, float g) {
+  const float m = k.one_minus_beta1 * g;
+  const float v = (k.one_minus_beta2 * g) * g;
+  return w + (-k.step_size) * (m / (std::sqrt(v) / k.bias2_sqrt + k.eps));
+}
+
 float RoundTo(DType d, float x) {
   if (d == DType::kBFloat16) return Bf16ToFloat(FloatToBf16(x));
   if (d == DType::kFloat16) return Fp16ToFloat(FloatToFp16(x));
@@ -406,11 +414,8 @@ TEST(ZeroEngine, ClippingAndAccumulationMatchTheReference) {
       auto got = e.FullMasterParameters();
       ASSERT_TRUE(got.ok());
       for (size_t i = 0; i < w.size(); ++i) {
-        const float gi = g[i] * coef;
-        const float m = k.one_minus_beta1 * gi;
-        const float v = (k.one_minus_beta2 * gi) * gi;
-        const float want = w[i] + (-k.step_size) * (m / (std::sqrt(v) / k.bias2_sqrt + k.eps));
-        ASSERT_NEAR((*got)[i], want, 2e-6) << "stage " << stage << " element " << i;
+        ASSERT_NEAR((*got)[i], FirstAdamStep(k, w[i], g[i] * coef), 2e-6)
+            << "stage " << stage << " element " << i;
       }
     });
   }
@@ -506,11 +511,8 @@ TEST(ZeroEngine, SegmentsFilledOutOfOrderTakeAFreeBucketBuffer) {
         for (int64_t i = 0; i < 24; ++i) {
           const float g =
               static_cast<float>((static_cast<double>(PairGrad(0, i)) + PairGrad(1, i)) / 2);
-          const float m = k.one_minus_beta1 * g;
-          const float v = (k.one_minus_beta2 * g) * g;
-          const float want =
-              PairInit(i) + (-k.step_size) * (m / (std::sqrt(v) / k.bias2_sqrt + k.eps));
-          ASSERT_NEAR((*got[r])[static_cast<size_t>(i)], want, 2e-6) << "element " << i;
+          ASSERT_NEAR((*got[r])[static_cast<size_t>(i)], FirstAdamStep(k, PairInit(i), g), 2e-6)
+              << "element " << i;
         }
       }
     }
@@ -704,11 +706,8 @@ TEST(ZeroEngine, SmallSegmentsGoAsOneGroupedCollectiveLargeOnesAlone) {
         for (int64_t i = 0; i < tensor_numel; ++i) {
           const float gm =
               static_cast<float>((static_cast<double>(grad(0, t, i)) + grad(1, t, i)) / 2);
-          const float m = k.one_minus_beta1 * gm;
-          const float v = (k.one_minus_beta2 * gm) * gm;
-          const float want_value =
-              init(t, i) + (-k.step_size) * (m / (std::sqrt(v) / k.bias2_sqrt + k.eps));
-          ASSERT_NEAR((*full[r])[static_cast<size_t>(tensor_numel * t + i)], want_value, 2e-6)
+          ASSERT_NEAR((*full[r])[static_cast<size_t>(tensor_numel * t + i)],
+                      FirstAdamStep(k, init(t, i), gm), 2e-6)
               << "rank " << r << " tensor " << t << " element " << i;
         }
       }
