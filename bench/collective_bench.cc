@@ -6,6 +6,7 @@
 // runs all three).
 //
 //   build/bin/collective_bench [--worlds 2,3,4] [--sizes 4KiB,64KiB,1MiB,64MiB] [--min-time 0.3]
+//                              [--ops all_reduce,broadcast]
 //
 // A size is the bytes of the buffer every rank passes: the whole buffer of an all-reduce or a
 // broadcast, all world chunks of a reduce-scatter or an all-gather (--dtype elements, fp32 by
@@ -170,6 +171,7 @@ struct Op {
 // each, as the engine cuts a step's gradients into segments.
 int64_t group_buffers = 8;      // --group
 DType dtype = DType::kFloat32;  // --dtype
+std::vector<std::string> only_ops;  // --ops (empty: every op)
 
 std::vector<comm::ChunkedBuffer> Cut(comm::Communicator& c, char* d, int64_t n, int64_t buffers) {
   std::vector<comm::ChunkedBuffer> group;
@@ -221,6 +223,14 @@ std::vector<Op> Ops() {
        true, true},
   };
   if (group_buffers <= 1) ops.resize(4);
+  if (!only_ops.empty()) {
+    // A grouped op goes with its op ("reduce_scatter" takes "reduce_scatter_grouped" along).
+    std::erase_if(ops, [](const Op& op) {
+      return std::none_of(only_ops.begin(), only_ops.end(), [&](const std::string& name) {
+        return std::string(op.name).starts_with(name);
+      });
+    });
+  }
   return ops;
 }
 
@@ -327,6 +337,10 @@ int main(int argc, char** argv) {
                  "Buffers a grouped reduce-scatter and all-gather are cut into (measured grouped "
                  "and one by one; 1: not measured)")
       ->check(CLI::Range(1, 64));
+  std::string ops_text;
+  app.add_option("--ops", ops_text,
+                 "Comma-separated ops to measure (all_reduce, reduce_scatter, all_gather, "
+                 "broadcast; default every one)");
   app.add_flag("--no-loopback", no_loopback, "Skip the loopback TCP measurement");
   app.add_option("--split-all-reduce-max", split_text,
                  "GlooOptions::split_all_reduce_max_bytes (1: Gloo's all-reduce above the inline "
@@ -341,6 +355,13 @@ int main(int argc, char** argv) {
   dtype = dtype_text == "bf16"   ? DType::kBFloat16
           : dtype_text == "fp16" ? DType::kFloat16
                                  : DType::kFloat32;
+  for (absl::string_view name : absl::StrSplit(ops_text, ',', absl::SkipEmpty())) {
+    if (name != "all_reduce" && name != "reduce_scatter" && name != "all_gather" &&
+        name != "broadcast") {
+      Die("--ops: unknown op '" + std::string(name) + "'");
+    }
+    only_ops.emplace_back(name);
+  }
   const std::vector<int64_t> worlds = ParseList(worlds_text, false);
   const std::vector<int64_t> sizes = ParseList(sizes_text, true);
   if (!no_loopback) MeasureLoopback();

@@ -5,21 +5,25 @@
 # table (bench/collective_report.py).
 #
 #   bench/collective_bench.sh [--worlds 2,3,4] [--sizes 4KiB,...,64MiB] [--min-time 0.3]
+#                             [--ops all_reduce,reduce_scatter,all_gather,broadcast]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 worlds=2,3,4 sizes=4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB min_time=0.3
+ops=all_reduce,reduce_scatter,all_gather,broadcast
 while [ $# -gt 0 ]; do
   case "$1" in
     --worlds) worlds=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
     --min-time) min_time=$2; shift 2 ;;
+    --ops) ops=$2; shift 2 ;;
     *) echo "collective_bench: unknown flag $1" >&2; exit 2 ;;
   esac
 done
 [ -x build/bin/collective_bench ] || { echo "collective_bench: build first (scripts/build.sh)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-build/bin/collective_bench --worlds "$worlds" --sizes "$sizes" --min-time "$min_time" >"$work/zerod.jsonl"
+build/bin/collective_bench --worlds "$worlds" --sizes "$sizes" --min-time "$min_time" \
+  --ops "$ops" >"$work/zerod.jsonl"
 # torch takes sizes in bytes
 bytes=$(python3 -c "import sys
 u={'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}
@@ -29,5 +33,5 @@ for s in sys.argv[1].split(','):
     out.append(str(n if n is not None else int(s)))
 print(','.join(out))" "$sizes")
 /usr/bin/python3 bench/collective_bench_torch.py --worlds "$worlds" --sizes "$bytes" \
-  --min-time "$min_time" >"$work/torch.jsonl"
+  --min-time "$min_time" --ops "$ops" >"$work/torch.jsonl"
 /usr/bin/python3 bench/collective_report.py "$work/zerod.jsonl" "$work/torch.jsonl"

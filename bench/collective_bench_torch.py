@@ -7,6 +7,7 @@ both side by side. Each rank is its own process (torch.multiprocessing, spawn); 
 through a FileStore. torch's gloo backend has no reduce_scatter: that row says so.
 
   /usr/bin/python3 bench/collective_bench_torch.py [--worlds 2,3,4] [--sizes 4096,65536]
+      [--ops all_reduce,broadcast]
 """
 
 import argparse
@@ -38,7 +39,7 @@ def time_it(dist, torch, min_time, body):
     return median(times)
 
 
-def run_rank(rank, world, store_file, sizes, min_time, queue):
+def run_rank(rank, world, store_file, sizes, min_time, only_ops, queue):
     import torch
     import torch.distributed as dist
 
@@ -60,12 +61,15 @@ def run_rank(rank, world, store_file, sizes, min_time, queue):
             ("broadcast", lambda: dist.broadcast(data, 0)),
         ]
         for name, body in ops:
+            if name not in only_ops:
+                continue
             t = time_it(dist, torch, min_time, body)
             rows.append({"kind": "collective", "impl": "torch", "op": name, "world": world,
                          "bytes": size, "time_us": t * 1e6})
-        rows.append({"kind": "collective", "impl": "torch", "op": "reduce_scatter",
-                     "world": world, "bytes": size, "time_us": None,
-                     "note": "torch's gloo backend has no reduce_scatter"})
+        if "reduce_scatter" in only_ops:
+            rows.append({"kind": "collective", "impl": "torch", "op": "reduce_scatter",
+                         "world": world, "bytes": size, "time_us": None,
+                         "note": "torch's gloo backend has no reduce_scatter"})
     dist.destroy_process_group()
     if rank == 0:
         queue.put(rows)
@@ -77,6 +81,7 @@ def main():
     parser.add_argument("--sizes", default="4096,16384,65536,262144,1048576,4194304,16777216,"
                                            "67108864")
     parser.add_argument("--min-time", type=float, default=0.3)
+    parser.add_argument("--ops", default="all_reduce,reduce_scatter,all_gather,broadcast")
     args = parser.parse_args()
     try:
         import torch.multiprocessing as mp
@@ -91,7 +96,8 @@ def main():
             store_file = os.path.join(tmp, "store")
             queue = ctx.Queue()
             procs = [ctx.Process(target=run_rank,
-                                 args=(r, world, store_file, sizes, args.min_time, queue))
+                                 args=(r, world, store_file, sizes, args.min_time,
+                                       args.ops.split(","), queue))
                      for r in range(world)]
             for p in procs:
                 p.start()

@@ -750,24 +750,20 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
                    const auto lead = Next(internal::CollectiveKind::kBroadcast, count, dtype, root);
                    if (world_size_ == 1) return;
                    const size_t size = static_cast<size_t>(bytes);
-                   // Only the root's lead matters to a rank that receives (exchange's only_from).
-                   const int only_from =
-                       is_root || root < 0 || root >= world_size_ ? -1 : static_cast<int>(root);
                    if (direct) {
-                     leads_.Exchange(
-                         lead,
-                         [&](int) {
-                           return is_root ? std::pair<const void*, size_t>(data, size)
-                                          : std::pair<const void*, size_t>(nullptr, 0);
-                         },
-                         only_from);
+                     leads_.Exchange(lead, [&](int) {
+                       return is_root ? std::pair<const void*, size_t>(data, size)
+                                      : std::pair<const void*, size_t>(nullptr, 0);
+                     });
                      if (!is_root && size > 0) {
                        std::memcpy(data, InlinePayload(static_cast<int>(root), size), size);
                      }
                      leads_.Release();
                      return;
                    }
-                   leads_.Exchange(lead, nullptr, only_from);
+                   // With all-to-all leads a receiver has checked the root's lead (same count)
+                   // before Gloo's broadcast posts its receive; the root checks one lead only.
+                   leads_.Exchange(lead, nullptr);
                    leads_.Release();
                    if (bytes == 0) return;
                    gloo::BroadcastOptions opts(context_);

@@ -12,11 +12,15 @@
 namespace zerod::comm::internal {
 namespace {
 
-// Leads travel on slots of their own, above any Gloo's own algorithms take (Context::nextSlot
-// counts up from 0 in an int), one per collective so a late lead can never match another's.
-constexpr uint64_t kLeadSlots = uint64_t{1} << 62;
+// Leads travel on a slot of their own, above any Gloo's own algorithms take (Context::nextSlot
+// counts up from 0 in an int). Gloo matches the messages of one slot between two ranks with the
+// receives posted for them in order, so each direction is a queue.
+constexpr uint64_t kLeadSlot = uint64_t{1} << 62;
 
-constexpr uint64_t kMagic = 0x336461654c646f72;  // "rodLead3", a lead of this wire version
+// How many of its last collectives a rank remembers, to name one a late lead describes.
+constexpr size_t kRemembered = 8;
+
+constexpr uint64_t kMagic = 0x346461654c646f72;  // "rodLead4", a lead of this wire version
 
 struct WireLead {
   uint64_t magic = kMagic;
@@ -112,25 +116,28 @@ uint64_t DigestOfCounts(const std::vector<int64_t>& counts) {
 
 struct LeadExchange::Peer {
   int rank = 0;
-  // Two of each, by the parity of the collective's sequence: the receive of the next lead is
-  // posted, and the next lead sent, while a deferred one (a broadcast's, from a rank that is not
-  // its root) may still be in flight on the other.
+  // Two receives posted, taken in turn: in[head] gets the next lead from this peer. Two sends,
+  // by the parity of the collective's sequence, so that a send not yet waited for (to a peer
+  // that sends nothing back) can still be in flight while the next lead goes out.
   std::vector<char> in[2];  // the lead received, then its inline data
   std::vector<char> out[2];
   std::unique_ptr<gloo::transport::UnboundBuffer> in_buffer[2];
   std::unique_ptr<gloo::transport::UnboundBuffer> out_buffer[2];
+  int head = 0;
+  bool holding = false;      // in[head] holds this exchange's lead, until Release
   int sends[2] = {0, 0};     // sends issued from `out` and not yet waited for
-  size_t payload_bytes = 0;  // of the last lead received
-  bool deferred = false;     // the last exchange's lead from this peer is not checked yet
+  size_t payload_bytes = 0;  // of the lead held
 };
 
 LeadExchange::LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank, int64_t world_size,
                            LeadOptions options, std::chrono::milliseconds timeout)
     : context_(std::move(context)),
       rank_(rank),
+      world_size_(world_size),
       options_(options),
       all_to_all_(world_size <= options.all_to_all_max_world),
-      timeout_(timeout) {
+      timeout_(timeout),
+      ran_(kRemembered) {
   if (world_size < 2) return;
   if (all_to_all_) {
     for (int64_t r = 0; r < world_size; ++r) {
@@ -154,20 +161,33 @@ LeadExchange::LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank,
       p->in_buffer[i] = context_->createUnboundBuffer(p->in[i].data(), p->in[i].size());
       p->out_buffer[i] = context_->createUnboundBuffer(p->out[i].data(), p->out[i].size());
     }
+    // Posted now, so that even the first collective's leads go out at once.
+    Post(*p, 0);
+    Post(*p, 1);
     slots_.push_back(std::move(p));
   }
-  PostReceives(1);  // so that even the first collective's leads go out at once
 }
 
 // The owner closes the transport first (GlooCommunicator aborts before it destroys this), so no
 // lead can land in a receive still posted.
 LeadExchange::~LeadExchange() = default;
 
-void LeadExchange::PostReceives(int64_t sequence) {
-  for (auto& p : slots_) {
-    p->in_buffer[sequence & 1]->recv(p->rank, kLeadSlots + static_cast<uint64_t>(sequence));
+void LeadExchange::Post(Peer& p, int slot) {
+  p.in_buffer[slot]->recv(p.rank, kLeadSlot, 0, p.in[slot].size());
+}
+
+bool LeadExchange::Sends(int from, int to, const CollectiveDescriptor& d) const {
+  if (!all_to_all_ || d.kind != CollectiveKind::kBroadcast || d.root < 0 ||
+      d.root >= world_size_ || from == d.root) {
+    return true;
   }
-  posted_sequence_ = sequence;
+  return to == (from + 1) % world_size_;
+}
+
+const CollectiveDescriptor* LeadExchange::Ran(int64_t sequence) const {
+  if (sequence < 1) return nullptr;
+  const CollectiveDescriptor& d = ran_[static_cast<size_t>(sequence) % kRemembered];
+  return d.sequence == sequence ? &d : nullptr;
 }
 
 void LeadExchange::AbortWaits() {
@@ -189,13 +209,14 @@ void LeadExchange::WaitSends(Peer& p, int parity, const CollectiveDescriptor& of
 }
 
 void LeadExchange::Check(Peer& p, const CollectiveDescriptor& mine) {
-  const int parity = static_cast<int>(mine.sequence & 1);
-  if (!p.in_buffer[parity]->waitRecv(timeout_)) {
+  if (!p.in_buffer[p.head]->waitRecv(timeout_)) {
     throw std::runtime_error(
         absl::StrCat("the lead of ", Describe(mine), " from rank ", p.rank, " was aborted"));
   }
+  p.holding = true;  // taken: Release posts its receive again
+  const std::vector<char>& in = p.in[p.head];
   WireLead theirs;
-  std::memcpy(&theirs, p.in[parity].data(), sizeof(theirs));
+  std::memcpy(&theirs, in.data(), sizeof(theirs));
   if (theirs.magic != kMagic) {
     throw std::runtime_error(
         absl::StrCat("rank ", p.rank, " sent a lead of another zerod wire version"));
@@ -213,6 +234,20 @@ void LeadExchange::Check(Peer& p, const CollectiveDescriptor& mine) {
         " bytes, rank ", rank_, " up to ", options_.split_all_reduce_max_bytes,
         ": every rank must be given the same GlooOptions::split_all_reduce_max_bytes"));
   }
+  if (theirs.sequence < mine.sequence) {
+    // A lead this rank's view of that collective did not expect from the peer.
+    const CollectiveDescriptor* ran = Ran(theirs.sequence);
+    throw std::runtime_error(absl::StrCat(
+        "collective mismatch: rank ", p.rank, " called ", DescribeWire(theirs),
+        " and sent rank ", rank_, " its lead, where rank ", rank_, " called ",
+        ran != nullptr ? Describe(*ran) : absl::StrCat("#", theirs.sequence),
+        " and expected none from it"));
+  }
+  if (theirs.sequence > mine.sequence) {
+    throw std::runtime_error(absl::StrCat(
+        "collective mismatch: rank ", rank_, " called ", Describe(mine), " and waits for rank ",
+        p.rank, "'s lead, which sent none for it and went on to ", DescribeWire(theirs)));
+  }
   if (!SameCollective(theirs, ToWire(mine, 0, options_))) {
     std::string theirs_described = DescribeWire(theirs);
     // Groups of as many buffers and elements, cut otherwise, read the same.
@@ -222,31 +257,28 @@ void LeadExchange::Check(Peer& p, const CollectiveDescriptor& mine) {
                                           theirs_described));
   }
   if (theirs.payload_bytes < 0 ||
-      static_cast<size_t>(theirs.payload_bytes) > p.in[parity].size() - sizeof(WireLead)) {
+      static_cast<size_t>(theirs.payload_bytes) > in.size() - sizeof(WireLead)) {
     throw std::runtime_error(absl::StrCat("rank ", p.rank, " sent a lead claiming ",
                                           theirs.payload_bytes, " bytes of data"));
   }
   p.payload_bytes = static_cast<size_t>(theirs.payload_bytes);
 }
 
-void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& payload,
-                            int only_from) {
+void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& payload) {
   if (slots_.empty()) return;
   if (!broken_why_.empty()) {
     throw std::runtime_error(
         absl::StrCat("the connections broke after collective #", broken_after_, ": ", broken_why_));
   }
-  if (posted_sequence_ != mine.sequence) PostReceives(mine.sequence);
-  const uint64_t slot = kLeadSlots + static_cast<uint64_t>(mine.sequence);
+  sequence_ = mine.sequence;
+  ran_[static_cast<size_t>(mine.sequence) % kRemembered] = mine;
   const int parity = static_cast<int>(mine.sequence & 1);
-  const auto awaited = [&](const Peer& p) {
-    return only_from < 0 || !all_to_all_ || p.rank == only_from;
-  };
-  // A payload that goes to several peers is copied once and sent from the same buffer (only
-  // to peers waited for now: a deferred peer's sends are waited for at the next exchange).
+  const int me = static_cast<int>(rank_);
+  // A payload that goes to several peers is copied once and sent from the same buffer.
   Peer* last_sender = nullptr;
   std::pair<const void*, size_t> last_payload{nullptr, 0};
   for (auto& p : slots_) {
+    if (!Sends(me, p->rank, mine)) continue;
     std::pair<const void*, size_t> data{nullptr, 0};
     if (payload) data = payload(p->rank);
     if (data.second > 0 && (!all_to_all_ || data.second > kMaxInlineBytes)) {
@@ -254,7 +286,7 @@ void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& 
                                           Describe(mine), ")"));
     }
     Peer* sender = p.get();
-    if (last_sender != nullptr && data == last_payload && awaited(*p)) {
+    if (last_sender != nullptr && data == last_payload) {
       sender = last_sender;
     } else {
       const WireLead header = ToWire(mine, data.second, options_);
@@ -262,56 +294,53 @@ void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& 
       if (data.second > 0) {
         std::memcpy(sender->out[parity].data() + sizeof(header), data.first, data.second);
       }
-      if (awaited(*p)) {
-        last_sender = sender;
-        last_payload = data;
-      }
+      last_sender = sender;
+      last_payload = data;
     }
-    sender->out_buffer[parity]->send(p->rank, slot, 0, sizeof(WireLead) + data.second);
+    sender->out_buffer[parity]->send(p->rank, kLeadSlot, 0, sizeof(WireLead) + data.second);
     ++sender->sends[parity];
   }
-  // The leads the last exchange did not wait for were sent as that collective started, so they
-  // are here by now or nearly; checked before any data of this collective moves.
+  // The predecessor's first: it sends to this rank whatever it runs, so ranks that disagree are
+  // named even where a peer this rank waits for sends it nothing.
+  const int predecessor = static_cast<int>((rank_ + world_size_ - 1) % world_size_);
   for (auto& p : slots_) {
-    if (!p->deferred) continue;
-    p->deferred = false;
-    Check(*p, deferred_of_);
-    WaitSends(*p, parity ^ 1, deferred_of_);
+    if (p->rank == predecessor) Check(*p, mine);
   }
   for (auto& p : slots_) {
-    if (awaited(*p)) {
-      Check(*p, mine);
-    } else {
-      p->deferred = true;
-    }
+    if (p->rank != predecessor && Sends(p->rank, me, mine)) Check(*p, mine);
   }
-  deferred_of_ = mine;
-  // Every peer waited for had posted its receive before it sent its lead, so these complete at
-  // once.
-  for (auto& p : slots_) {
-    if (!p->deferred) WaitSends(*p, parity, mine);
-  }
+  // A peer waited for had posted its receives before it sent its lead, so these complete at
+  // once; and a root's sends to the ranks it did not wait for go out before the collective ends
+  // (the job may end with it), unless such a rank is two collectives behind.
+  for (auto& p : slots_) WaitSends(*p, parity, mine);
 }
 
 std::pair<char*, size_t> LeadExchange::Payload(int peer) {
   for (auto& p : slots_) {
-    if (p->rank == peer) {
-      return {p->in[posted_sequence_ & 1].data() + sizeof(WireLead), p->payload_bytes};
+    if (p->rank == peer && p->holding) {
+      return {p->in[p->head].data() + sizeof(WireLead), p->payload_bytes};
     }
   }
-  throw std::logic_error(absl::StrCat("rank ", peer, " is not a lead peer of rank ", rank_));
+  throw std::logic_error(
+      absl::StrCat("rank ", rank_, " holds no lead from rank ", peer, " (#", sequence_, ")"));
 }
 
 void LeadExchange::Release() {
-  if (slots_.empty()) return;
   // The collective that just ended is complete whatever happens here: a peer that finished first
   // may have closed its connections already (its communicator destroyed at the end of a job),
   // and posting a receive on them throws. The next collective reports that, if there is one.
-  try {
-    PostReceives(posted_sequence_ + 1);
-  } catch (const std::exception& e) {
-    broken_after_ = posted_sequence_;
-    broken_why_ = e.what();
+  for (auto& p : slots_) {
+    if (!p->holding) continue;
+    p->holding = false;
+    const int taken = p->head;
+    p->head ^= 1;
+    if (!broken_why_.empty()) continue;
+    try {
+      Post(*p, taken);
+    } catch (const std::exception& e) {
+      broken_after_ = sequence_;
+      broken_why_ = e.what();
+    }
   }
 }
 

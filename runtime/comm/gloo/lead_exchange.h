@@ -16,6 +16,20 @@
 // then carry data); beyond that only the two ring neighbours (header only: checking each rank
 // against its predecessor checks the whole ring, and a rank's traffic stays O(1)).
 //
+// Who sends to whom (all-to-all leads): every rank to every other, except in a broadcast, where a
+// rank that is not the root sends its lead to its ring successor only (the root's lead, which
+// carries the data when it fits, still goes to every rank). A rank waits for exactly the leads
+// its view of the collective says are sent to it, its predecessor's first. Every rank always
+// sends to its successor and checks its predecessor before anything else, so ranks that disagree
+// are named at once by some rank whatever they disagree on (even on who the root is); and a
+// receiver checks the root's lead before Gloo's broadcast posts a receive, so no receive is
+// shorter than what the root sends. A broadcast at 4 ranks sends 6 leads, not 12, and its root
+// waits for one lead, not three.
+//
+// Leads between two ranks travel in order on one slot of their own; each rank keeps two receives
+// posted per peer, taken in turn, so a lead a peer does not send leaves the receive for the next
+// one (a lead carries its sequence number, and one from another collective is named).
+//
 // Used by whichever thread runs the communicator's collectives (its collective thread, or a
 // caller running a small one), one at a time. Every rank of a group must be given the same
 // LeadOptions (a rank that is not is named at the first collective), and kMaxInlineBytes
@@ -98,18 +112,13 @@ class LeadExchange {
   // What goes inline to `peer` (nullptr/0 for a header-only lead). Only when all_to_all().
   using PayloadFor = std::function<std::pair<const void*, size_t>(int peer)>;
 
-  // Sends this rank's lead for `mine` to every peer, receives each peer's and checks it describes
-  // the same collective; throws std::runtime_error naming both ranks and both collectives if not,
-  // or if the transport fails or the timeout passes. Afterwards Payload(peer) holds what `peer`
-  // sent inline, until Release().
-  //
-  // With `only_from` (a peer, all-to-all leads only) just that peer's lead is waited for; the
-  // others are checked at the start of the next exchange. A broadcast's non-root ranks pass the
-  // root: they need nothing from each other, and waiting for each other's leads made every
-  // broadcast a barrier. A mismatch is still named at once by some rank (the root, which waits for
-  // every lead, or a rank whose root disagrees with it) and closes every connection.
-  void Exchange(const CollectiveDescriptor& mine, const PayloadFor& payload, int only_from = -1);
-  // The data `peer` sent inline with its lead in the last Exchange, and its size.
+  // Sends this rank's lead for `mine` to the peers due one (see above), receives the lead of each
+  // peer due to send one and checks it describes the same collective; throws std::runtime_error
+  // naming both ranks and both collectives if not, or if the transport fails or the timeout
+  // passes. Afterwards Payload(peer) holds what `peer` sent inline, until Release().
+  void Exchange(const CollectiveDescriptor& mine, const PayloadFor& payload);
+  // The data `peer` sent inline with its lead in the last Exchange, and its size (a peer whose
+  // lead it waited for).
   std::pair<char*, size_t> Payload(int peer);
   // The last Exchange's payloads are no longer needed: posts the receives of the next
   // collective's leads, so that peers can send them the moment they get there.
@@ -121,21 +130,27 @@ class LeadExchange {
 
  private:
   struct Peer;
-  void PostReceives(int64_t sequence);
+  // Whether rank `from` sends rank `to` a lead for `d`, in `d`'s view.
+  bool Sends(int from, int to, const CollectiveDescriptor& d) const;
+  // Posts `p`'s receive into in[slot] (the receives are matched in the order they are posted).
+  void Post(Peer& p, int slot);
   // Waits for `p`'s lead of `mine` and checks it (throws as Exchange does).
   void Check(Peer& p, const CollectiveDescriptor& mine);
   // Waits for the sends to `p` from its buffer of `parity`.
   void WaitSends(Peer& p, int parity, const CollectiveDescriptor& of);
+  // This rank's view of collective #sequence, if it is one of the last few (for error messages).
+  const CollectiveDescriptor* Ran(int64_t sequence) const;
 
   std::shared_ptr<gloo::Context> context_;
   const int64_t rank_;
+  const int64_t world_size_;
   const LeadOptions options_;
   const bool all_to_all_;
   const std::chrono::milliseconds timeout_;
   std::vector<int> peers_;
   std::vector<std::unique_ptr<Peer>> slots_;  // one per peer, in peers_ order
-  int64_t posted_sequence_ = 0;               // the leads whose receives are posted
-  CollectiveDescriptor deferred_of_;          // the last exchange's, for the leads it deferred
+  std::vector<CollectiveDescriptor> ran_;     // the last collectives, by sequence modulo its size
+  int64_t sequence_ = 0;                      // of the last Exchange
   // Posting the receives after collective #broken_after_ failed: the next Exchange throws this.
   int64_t broken_after_ = 0;
   std::string broken_why_;

@@ -462,27 +462,32 @@ TEST(GlooCollectivePaths, WithNeighbourLeadsAMismatchFailsEveryRank) {
               HasSubstr("rank 2 called #1 all_reduce(fp32 x 10)"));
 }
 
-// A broadcast's receivers wait for the root, not for each other: rank 2 starts its broadcast
-// only once rank 1's has completed (with leads waited for from every rank, a deadlock until the
-// timeout). Inline only: a larger broadcast's data follows once the root has every lead.
-TEST(GlooCollectivePaths, ABroadcastReceiverDoesNotWaitForTheOtherReceivers) {
-  Notification rank1_done;
-  OnRanks(3, [&](int64_t r, Communicator& c) {
+// A broadcast's receivers wait for the root and their ring predecessor, not for the others: at 4
+// ranks, rank 3 starts its broadcast only once ranks 1 and 2 have completed theirs (with leads
+// waited for from every rank, a deadlock until the timeout). Inline only: a larger broadcast's
+// data goes down Gloo's tree, whose inner ranks forward it.
+TEST(GlooCollectivePaths, ABroadcastReceiverWaitsForTheRootAndItsPredecessorOnly) {
+  Notification rank1_done, rank2_done;
+  OnRanks(4, [&](int64_t r, Communicator& c) {
     std::vector<float> data(16, static_cast<float>(r));
-    // Rank 1 gives up first, if it must: then rank 2 starts and the others' collectives end.
-    if (r == 2) rank1_done.WaitForNotificationWithTimeout(absl::Seconds(40));
+    // Ranks 1 and 2 give up first, if they must: then rank 3 starts and the others end.
+    if (r == 3) {
+      rank1_done.WaitForNotificationWithTimeout(absl::Seconds(40));
+      rank2_done.WaitForNotificationWithTimeout(absl::Seconds(40));
+    }
     const absl::Status s =
         c.Broadcast(data.data(), 16, DType::kFloat32, 0)->Wait(absl::Seconds(20));
     if (r == 1) rank1_done.Notify();
+    if (r == 2) rank2_done.Notify();
     ASSERT_TRUE(s.ok()) << "rank " << r << ": " << s;
     for (float x : data) ASSERT_EQ(x, 0.0f);
-    // The lead rank 2 sent rank 1 is checked by the next collective; then all still agree.
     ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
   });
 }
 
-// Rank 2 disagrees with rank 1, another receiver, and not only with the root: the root (which
-// waits for every lead) and rank 2 name it, and rank 1 fails no later than its next collective.
+// Rank 2 disagrees with rank 1, another receiver, and with the root: the root (whose predecessor
+// rank 2 is) names rank 2, rank 2 names its predecessor, and rank 1 fails no later than its next
+// collective.
 TEST(GlooCollectivePaths, AMismatchBetweenTwoBroadcastReceiversFailsEveryRank) {
   std::vector<absl::Status> status(3);
   OnRanks(3, [&](int64_t r, Communicator& c) {
@@ -496,11 +501,12 @@ TEST(GlooCollectivePaths, AMismatchBetweenTwoBroadcastReceiversFailsEveryRank) {
   EXPECT_THAT(std::string(status[0].message()),
               HasSubstr("rank 2 called #1 broadcast(fp32 x 12) from rank 0"));
   EXPECT_THAT(std::string(status[2].message()),
-              HasSubstr("rank 0 called #1 broadcast(fp32 x 16) from rank 0"));
+              HasSubstr("rank 1 called #1 broadcast(fp32 x 16) from rank 0"));
 }
 
 // Ranks that disagree on the root, none of them the root in the eyes of the rank it waits for:
-// still named at once (rank 0 thinks itself the root and waits for everyone).
+// still named at once, by the ranks whose predecessor sees it otherwise (every rank checks its
+// predecessor's lead first, and every rank sends one to its successor).
 TEST(GlooCollectivePaths, BroadcastReceiversThatDisagreeOnTheRootAreNamed) {
   std::vector<absl::Status> status(3);
   OnRanks(3, [&](int64_t r, Communicator& c) {
@@ -511,8 +517,44 @@ TEST(GlooCollectivePaths, BroadcastReceiversThatDisagreeOnTheRootAreNamed) {
     status[static_cast<size_t>(r)] = s;
   });
   for (int64_t r = 0; r < 3; ++r) EXPECT_FALSE(status[r].ok()) << "rank " << r;
-  EXPECT_THAT(std::string(status[0].message()),
+  EXPECT_THAT(std::string(status[1].message()),
+              HasSubstr("rank 0 called #1 broadcast(fp32 x 16) from rank 0"));
+  EXPECT_THAT(std::string(status[2].message()),
               HasSubstr("rank 1 called #1 broadcast(fp32 x 16) from rank 2"));
+}
+
+// Every rank takes its successor for the root, so no rank sends its lead to all: each still
+// hears from its predecessor and names the difference, instead of waiting for the timeout.
+TEST(GlooCollectivePaths, BroadcastsWhereNoRankIsTheRootAreNamed) {
+  std::vector<absl::Status> status(3);
+  OnRanks(3, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(16, 1.0f);
+    status[static_cast<size_t>(r)] =
+        c.Broadcast(data.data(), 16, DType::kFloat32, (r + 1) % 3)->Wait(absl::Seconds(20));
+  });
+  for (int64_t r = 0; r < 3; ++r) {
+    EXPECT_THAT(std::string(status[r].message()),
+                HasSubstr(absl::StrCat("rank ", (r + 2) % 3, " called #1 broadcast(fp32 x 16) from "
+                                       "rank ", r)))
+        << "rank " << r;
+  }
+}
+
+// A large broadcast whose receiver expects fewer bytes than the root sends (and is not the root's
+// predecessor, so the root sends): the receiver checks the root's lead before Gloo posts its
+// receive, so the process is not aborted on a message longer than the receive; named instead.
+TEST(GlooCollectivePaths, ALargeBroadcastReceiverExpectingLessIsNamedNotAborted) {
+  std::vector<absl::Status> status(4);
+  OnRanks(4, [&](int64_t r, Communicator& c) {
+    const int64_t large = 2 * kInlineFloats;
+    std::vector<float> data(static_cast<size_t>(large), 1.0f);
+    status[static_cast<size_t>(r)] =
+        c.Broadcast(data.data(), r == 2 ? large - 1 : large, DType::kFloat32, 0)
+            ->Wait(absl::Seconds(20));
+  });
+  EXPECT_THAT(std::string(status[2].message()), HasSubstr("collective mismatch"));
+  EXPECT_THAT(std::string(status[3].message()),
+              HasSubstr(absl::StrCat("rank 2 called #1 broadcast(fp32 x ", 2 * kInlineFloats - 1)));
 }
 
 TEST(GlooCollectivePaths, ManySmallCollectivesInARowStayInStep) {
@@ -536,9 +578,9 @@ TEST(GlooCollectivePaths, ManySmallCollectivesInARowStayInStep) {
 }
 
 TEST(GlooCollectivePaths, BroadcastsFromEveryRootInARowStayInStep) {
-  // A receiver checks the other receivers' leads one collective late, on the second of its two
-  // lead buffers: runs of broadcasts, small and large, from changing roots, between the other
-  // kinds.
+  // A broadcast's receivers send no lead to each other, so a rank's two receives from a peer
+  // wait across collectives for the next lead it sends: runs of broadcasts, small and large,
+  // from changing roots, between the other kinds.
   for (int64_t world : {3, 4}) {
     SCOPED_TRACE(testing::Message() << "world " << world);
     OnRanks(world, [&](int64_t r, Communicator& c) {
