@@ -169,8 +169,8 @@ struct Op {
 
 // The buffer of n elements cut into `buffers` reduce-scatter (all-gather) buffers of world chunks
 // each, as the engine cuts a step's gradients into segments.
-int64_t group_buffers = 8;      // --group
-DType dtype = DType::kFloat32;  // --dtype
+int64_t group_buffers = 8;          // --group
+DType dtype = DType::kFloat32;      // --dtype
 std::vector<std::string> only_ops;  // --ops (empty: every op)
 
 std::vector<comm::ChunkedBuffer> Cut(comm::Communicator& c, char* d, int64_t n, int64_t buffers) {

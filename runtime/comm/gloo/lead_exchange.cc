@@ -177,8 +177,8 @@ void LeadExchange::Post(Peer& p, int slot) {
 }
 
 bool LeadExchange::Sends(int from, int to, const CollectiveDescriptor& d) const {
-  if (!all_to_all_ || d.kind != CollectiveKind::kBroadcast || d.root < 0 ||
-      d.root >= world_size_ || from == d.root) {
+  if (!all_to_all_ || d.kind != CollectiveKind::kBroadcast || d.root < 0 || d.root >= world_size_ ||
+      from == d.root) {
     return true;
   }
   return to == (from + 1) % world_size_;
@@ -237,11 +237,11 @@ void LeadExchange::Check(Peer& p, const CollectiveDescriptor& mine) {
   if (theirs.sequence < mine.sequence) {
     // A lead this rank's view of that collective did not expect from the peer.
     const CollectiveDescriptor* ran = Ran(theirs.sequence);
-    throw std::runtime_error(absl::StrCat(
-        "collective mismatch: rank ", p.rank, " called ", DescribeWire(theirs),
-        " and sent rank ", rank_, " its lead, where rank ", rank_, " called ",
-        ran != nullptr ? Describe(*ran) : absl::StrCat("#", theirs.sequence),
-        " and expected none from it"));
+    throw std::runtime_error(
+        absl::StrCat("collective mismatch: rank ", p.rank, " called ", DescribeWire(theirs),
+                     " and sent rank ", rank_, " its lead, where rank ", rank_, " called ",
+                     ran != nullptr ? Describe(*ran) : absl::StrCat("#", theirs.sequence),
+                     " and expected none from it"));
   }
   if (theirs.sequence > mine.sequence) {
     throw std::runtime_error(absl::StrCat(

@@ -534,8 +534,10 @@ TEST(GlooCollectivePaths, BroadcastsWhereNoRankIsTheRootAreNamed) {
   });
   for (int64_t r = 0; r < 3; ++r) {
     EXPECT_THAT(std::string(status[r].message()),
-                HasSubstr(absl::StrCat("rank ", (r + 2) % 3, " called #1 broadcast(fp32 x 16) from "
-                                       "rank ", r)))
+                HasSubstr(absl::StrCat("rank ", (r + 2) % 3,
+                                       " called #1 broadcast(fp32 x 16) from "
+                                       "rank ",
+                                       r)))
         << "rank " << r;
   }
 }
