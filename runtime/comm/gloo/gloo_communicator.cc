@@ -3,6 +3,7 @@
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
+#include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
@@ -195,6 +196,13 @@ void GlooCommunicator::RunFront() {
   absl::Status status;
   try {
     op->body();
+  } catch (const gloo::IoException& e) {
+    // Most often a peer that failed the collective first (a mismatch it names, say) and closed
+    // every connection: this rank sees only the closed connection.
+    status = absl::UnavailableError(
+        absl::StrCat(op->name, " failed: ", e.what(),
+                     " (a peer closed its connection: it failed a collective, and its own error "
+                     "says why, or it exited)"));
   } catch (const std::exception& e) {
     status = absl::UnavailableError(absl::StrCat(op->name, " failed: ", e.what()));
   }

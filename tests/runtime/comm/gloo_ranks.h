@@ -5,6 +5,7 @@
 // connected over loopback TCP after a rendezvous through an InMemoryStore.
 
 #include <functional>
+#include <latch>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,9 +27,13 @@ inline void OnRanks(int64_t world, const std::function<void(int64_t, Communicato
                                              std::make_shared<InMemoryStore>());
   options.timeout = timeout;
   std::vector<std::thread> threads;
+  // Every rank connected before any runs its body: a rank that fails its first collective at once
+  // (a mismatch test) closes its connections, and a peer still connecting would fail to.
+  std::latch connected(world);
   for (int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       auto comm = GlooCommunicator::Create(store, r, world, options);
+      connected.arrive_and_wait();
       ASSERT_TRUE(comm.ok()) << comm.status();
       if (r == release) {
         body(r, *comm->release());
