@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -757,6 +758,10 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
                  [this, data, count, dtype, bytes, root, is_root, direct] {
                    const auto lead = Next(internal::CollectiveKind::kBroadcast, count, dtype, root);
                    if (world_size_ == 1) return;
+                   if (root < 0 || root >= world_size_) {
+                     throw std::invalid_argument(absl::StrCat(
+                         "no rank ", root, " to broadcast from (", world_size_, " ranks)"));
+                   }
                    const size_t size = static_cast<size_t>(bytes);
                    if (direct) {
                      leads_.Exchange(lead, [&](int) {

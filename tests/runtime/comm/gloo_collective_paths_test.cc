@@ -615,6 +615,17 @@ TEST(GlooCollectivePaths, ALargeBroadcastWithAnotherCountOnAnyRankIsNamedNotAbor
   }
 }
 
+TEST(GlooCollectivePaths, ABroadcastFromARankOutsideTheWorldFailsNamingIt) {
+  for (int64_t count : {int64_t{4}, 2 * kInlineFloats}) {
+    OnRanks(2, [&](int64_t, Communicator& c) {
+      std::vector<float> data(static_cast<size_t>(count), 1.0f);
+      const absl::Status s =
+          c.Broadcast(data.data(), count, DType::kFloat32, 2)->Wait(absl::Seconds(20));
+      EXPECT_THAT(std::string(s.message()), HasSubstr("no rank 2 to broadcast from (2 ranks)"));
+    });
+  }
+}
+
 TEST(GlooCollectivePaths, ManySmallCollectivesInARowStayInStep) {
   // Each collective's leads are received into buffers posted when the previous one let go of
   // them; a thousand in a row, mixed kinds, check that none is matched with another's.
