@@ -98,6 +98,10 @@ std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
+internal::LeadOptions LeadOptionsOf(const GlooOptions& options) {
+  return {options.lead_all_to_all_max_world, options.split_all_reduce_max_bytes};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
@@ -113,25 +117,38 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     auto context = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank),
                                                                static_cast<int>(world_size));
     context->setTimeout(Millis(options.timeout));
-    internal::GlooStoreAdapter adapter(std::move(store), options.timeout);
+    internal::GlooStoreAdapter adapter(store, options.timeout);
     context->connectFullMesh(adapter, device);
+    std::unique_ptr<internal::LeadMesh> mesh;
+    if (world_size > 1) {
+      const std::vector<int> peers =
+          internal::LeadExchange::PeersOf(rank, world_size, LeadOptionsOf(options));
+      auto connected =
+          internal::LeadMesh::Connect(*store, "zerod_leads/", rank, peers, options.hostname,
+                                      internal::LeadExchange::MaxLeadBytes(), options.timeout);
+      if (!connected.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("gloo: rank ", rank, " of ", world_size,
+                         " could not connect: ", connected.status().message()));
+      }
+      mesh = std::move(*connected);
+    }
     return std::unique_ptr<GlooCommunicator>(
-        new GlooCommunicator(std::move(context), rank, world_size, options));
+        new GlooCommunicator(std::move(context), std::move(mesh), rank, world_size, options));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("gloo: rank ", rank, " of ", world_size, " could not connect: ", e.what()));
   }
 }
 
-GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, int64_t rank,
+GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
+                                   std::unique_ptr<internal::LeadMesh> mesh, int64_t rank,
                                    int64_t world_size, GlooOptions options)
     : context_(std::move(context)),
       rank_(rank),
       world_size_(world_size),
       options_(std::move(options)),
-      leads_(context_, rank, world_size,
-             {options_.lead_all_to_all_max_world, options_.split_all_reduce_max_bytes},
-             Millis(options_.timeout)),
+      leads_(std::move(mesh), rank, world_size, LeadOptionsOf(options_), Millis(options_.timeout)),
       thread_([this] { Loop(); }) {}
 
 GlooCommunicator::~GlooCommunicator() {
@@ -235,6 +252,7 @@ void GlooCommunicator::CloseConnections() {
   // once. That call (tcp::Context::signalException) is not reachable from here (Debian's
   // libgloo-dev lacks gloo/common/memory.h, which the tcp headers include), so a wait that is
   // sure to time out makes it. Safe from any thread, as Gloo's own timeouts are.
+  leads_.Close();
   char byte = 0;
   std::unique_ptr<gloo::transport::UnboundBuffer> probe = context_->createUnboundBuffer(&byte, 1);
   try {
@@ -259,7 +277,6 @@ void GlooCommunicator::Abort(const absl::Status& why) {
   CloseConnections();
   // Gloo does not wake a send (or receive) already waiting on a pair it closed: the collective in
   // flight would sleep until its timeout. Nothing can move through the closed pairs now.
-  leads_.AbortWaits();
   {
     MutexLock lock(&mu_);
     for (gloo::transport::UnboundBuffer* buffer : watched_) {

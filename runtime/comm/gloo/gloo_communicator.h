@@ -96,8 +96,8 @@ class GlooCommunicator final : public Communicator {
   absl::Status RunOrWait(const std::shared_ptr<Op>& op, absl::Duration timeout);
 
  private:
-  GlooCommunicator(std::shared_ptr<gloo::Context> context, int64_t rank, int64_t world_size,
-                   GlooOptions options);
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, std::unique_ptr<internal::LeadMesh> mesh,
+                   int64_t rank, int64_t world_size, GlooOptions options);
   std::unique_ptr<Work> Enqueue(std::string name, int64_t sent, int64_t received,
                                 std::function<void()> body);
   void Loop();
@@ -128,9 +128,9 @@ class GlooCommunicator final : public Communicator {
                       size_t payload_bytes);
   // Rings over the world chunks of `data` (chunks.h): reduce-scatter leaves rank r's chunk holding
   // the sum of every rank's, all-gather sends each rank's chunk to every other.
-  // A ring's buffers, which Abort wakes while they are registered (see LeadExchange::AbortWaits
-  // for why): registered for the object's lifetime; the constructor throws when the communicator
-  // was aborted already.
+  // A ring's buffers, which Abort wakes while they are registered (Gloo does not wake a wait on a
+  // pair it closed): registered for the object's lifetime; the constructor throws when the
+  // communicator was aborted already.
   class WatchedBuffers;
   // A group's parts go round in a few rings (Rings in the .cc): a large part alone, small ones
   // packed into one message per step.

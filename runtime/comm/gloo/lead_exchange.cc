@@ -1,8 +1,5 @@
 #include "runtime/comm/gloo/lead_exchange.h"
 
-#include <gloo/context.h>
-#include <gloo/transport/unbound_buffer.h>
-
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -12,15 +9,10 @@
 namespace zerod::comm::internal {
 namespace {
 
-// Leads travel on a slot of their own, above any Gloo's own algorithms take (Context::nextSlot
-// counts up from 0 in an int). Gloo matches the messages of one slot between two ranks with the
-// receives posted for them in order, so each direction is a queue.
-constexpr uint64_t kLeadSlot = uint64_t{1} << 62;
-
 // How many of its last collectives a rank remembers, to name one a late lead describes.
 constexpr size_t kRemembered = 8;
 
-constexpr uint64_t kMagic = 0x346461654c646f72;  // "rodLead4", a lead of this wire version
+constexpr uint64_t kMagic = 0x356461654c646f72;  // "rodLead5", a lead of this wire version
 
 struct WireLead {
   uint64_t magic = kMagic;
@@ -116,64 +108,51 @@ uint64_t DigestOfCounts(const std::vector<int64_t>& counts) {
 
 struct LeadExchange::Peer {
   int rank = 0;
-  // Two receives posted, taken in turn: in[head] gets the next lead from this peer. Two sends,
-  // by the parity of the collective's sequence, so that a send not yet waited for (to a peer
-  // that sends nothing back) can still be in flight while the next lead goes out.
-  std::vector<char> in[2];  // the lead received, then its inline data
-  std::vector<char> out[2];
-  std::unique_ptr<gloo::transport::UnboundBuffer> in_buffer[2];
-  std::unique_ptr<gloo::transport::UnboundBuffer> out_buffer[2];
-  int head = 0;
-  bool holding = false;      // in[head] holds this exchange's lead, until Release
-  int sends[2] = {0, 0};     // sends issued from `out` and not yet waited for
+  std::vector<char> lead;    // the last lead received, then its inline data
+  bool holding = false;      // `lead` is this exchange's, until Release
   size_t payload_bytes = 0;  // of the lead held
 };
 
-LeadExchange::LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank, int64_t world_size,
+size_t LeadExchange::MaxLeadBytes() { return sizeof(WireLead) + kMaxInlineBytes; }
+
+std::vector<int> LeadExchange::PeersOf(int64_t rank, int64_t world_size,
+                                       const LeadOptions& options) {
+  std::vector<int> peers;
+  if (world_size < 2) return peers;
+  if (world_size <= options.all_to_all_max_world) {
+    for (int64_t r = 0; r < world_size; ++r) {
+      if (r != rank) peers.push_back(static_cast<int>(r));
+    }
+    return peers;
+  }
+  peers = {static_cast<int>((rank + world_size - 1) % world_size),
+           static_cast<int>((rank + 1) % world_size)};
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  return peers;
+}
+
+LeadExchange::LeadExchange(std::unique_ptr<LeadMesh> mesh, int64_t rank, int64_t world_size,
                            LeadOptions options, std::chrono::milliseconds timeout)
-    : context_(std::move(context)),
+    : mesh_(std::move(mesh)),
       rank_(rank),
       world_size_(world_size),
       options_(options),
       all_to_all_(world_size <= options.all_to_all_max_world),
       timeout_(timeout),
       ran_(kRemembered) {
-  if (world_size < 2) return;
-  if (all_to_all_) {
-    for (int64_t r = 0; r < world_size; ++r) {
-      if (r != rank) peers_.push_back(static_cast<int>(r));
-    }
-  } else {
-    peers_ = {static_cast<int>((rank + world_size - 1) % world_size),
-              static_cast<int>((rank + 1) % world_size)};
-    std::sort(peers_.begin(), peers_.end());
-    peers_.erase(std::unique(peers_.begin(), peers_.end()), peers_.end());
-  }
-  // One capacity whatever the options, so that even a rank given other options (or a lead with
-  // data sent to a rank that expects none) cannot overrun a receive: the difference is named.
-  const size_t capacity = sizeof(WireLead) + kMaxInlineBytes;
+  peers_ = PeersOf(rank, world_size, options);
   for (int peer : peers_) {
     auto p = std::make_unique<Peer>();
     p->rank = peer;
-    for (int i = 0; i < 2; ++i) {
-      p->in[i].resize(capacity);
-      p->out[i].resize(capacity);
-      p->in_buffer[i] = context_->createUnboundBuffer(p->in[i].data(), p->in[i].size());
-      p->out_buffer[i] = context_->createUnboundBuffer(p->out[i].data(), p->out[i].size());
-    }
-    // Posted now, so that even the first collective's leads go out at once.
-    Post(*p, 0);
-    Post(*p, 1);
     slots_.push_back(std::move(p));
   }
 }
 
-// The owner closes the transport first (GlooCommunicator aborts before it destroys this), so no
-// lead can land in a receive still posted.
 LeadExchange::~LeadExchange() = default;
 
-void LeadExchange::Post(Peer& p, int slot) {
-  p.in_buffer[slot]->recv(p.rank, kLeadSlot, 0, p.in[slot].size());
+void LeadExchange::Close() {
+  if (mesh_ != nullptr) mesh_->Close();
 }
 
 bool LeadExchange::Sends(int from, int to, const CollectiveDescriptor& d) const {
@@ -190,32 +169,19 @@ const CollectiveDescriptor* LeadExchange::Ran(int64_t sequence) const {
   return d.sequence == sequence ? &d : nullptr;
 }
 
-void LeadExchange::AbortWaits() {
-  for (auto& p : slots_) {
-    for (int i = 0; i < 2; ++i) {
-      p->out_buffer[i]->abortWaitSend();
-      p->in_buffer[i]->abortWaitRecv();
-    }
-  }
-}
-
-void LeadExchange::WaitSends(Peer& p, int parity, const CollectiveDescriptor& of) {
-  for (; p.sends[parity] > 0; --p.sends[parity]) {
-    if (!p.out_buffer[parity]->waitSend(timeout_)) {
-      throw std::runtime_error(
-          absl::StrCat("the lead of ", Describe(of), " to rank ", p.rank, " was aborted"));
-    }
-  }
-}
-
 void LeadExchange::Check(Peer& p, const CollectiveDescriptor& mine) {
-  if (!p.in_buffer[p.head]->waitRecv(timeout_)) {
-    throw std::runtime_error(
-        absl::StrCat("the lead of ", Describe(mine), " from rank ", p.rank, " was aborted"));
+  try {
+    mesh_->Receive(p.rank, p.lead, timeout_);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(absl::StrCat("the lead of ", Describe(mine), ": ", e.what()));
   }
-  p.holding = true;  // taken: Release posts its receive again
-  const std::vector<char>& in = p.in[p.head];
+  p.holding = true;
+  const std::vector<char>& in = p.lead;
   WireLead theirs;
+  if (in.size() < sizeof(theirs)) {
+    throw std::runtime_error(
+        absl::StrCat("rank ", p.rank, " sent a lead of ", in.size(), " bytes: not a zerod lead"));
+  }
   std::memcpy(&theirs, in.data(), sizeof(theirs));
   if (theirs.magic != kMagic) {
     throw std::runtime_error(
@@ -257,7 +223,7 @@ void LeadExchange::Check(Peer& p, const CollectiveDescriptor& mine) {
                                           theirs_described));
   }
   if (theirs.payload_bytes < 0 ||
-      static_cast<size_t>(theirs.payload_bytes) > in.size() - sizeof(WireLead)) {
+      static_cast<size_t>(theirs.payload_bytes) != in.size() - sizeof(WireLead)) {
     throw std::runtime_error(absl::StrCat("rank ", p.rank, " sent a lead claiming ",
                                           theirs.payload_bytes, " bytes of data"));
   }
@@ -266,17 +232,10 @@ void LeadExchange::Check(Peer& p, const CollectiveDescriptor& mine) {
 
 void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& payload) {
   if (slots_.empty()) return;
-  if (!broken_why_.empty()) {
-    throw std::runtime_error(
-        absl::StrCat("the connections broke after collective #", broken_after_, ": ", broken_why_));
-  }
   sequence_ = mine.sequence;
   ran_[static_cast<size_t>(mine.sequence) % kRemembered] = mine;
-  const int parity = static_cast<int>(mine.sequence & 1);
   const int me = static_cast<int>(rank_);
-  // A payload that goes to several peers is copied once and sent from the same buffer.
-  Peer* last_sender = nullptr;
-  std::pair<const void*, size_t> last_payload{nullptr, 0};
+  std::string send_failed;
   for (auto& p : slots_) {
     if (!Sends(me, p->rank, mine)) continue;
     std::pair<const void*, size_t> data{nullptr, 0};
@@ -285,20 +244,14 @@ void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& 
       throw std::logic_error(absl::StrCat("lead payload of ", data.second, " bytes does not fit (",
                                           Describe(mine), ")"));
     }
-    Peer* sender = p.get();
-    if (last_sender != nullptr && data == last_payload) {
-      sender = last_sender;
-    } else {
-      const WireLead header = ToWire(mine, data.second, options_);
-      std::memcpy(sender->out[parity].data(), &header, sizeof(header));
-      if (data.second > 0) {
-        std::memcpy(sender->out[parity].data() + sizeof(header), data.first, data.second);
-      }
-      last_sender = sender;
-      last_payload = data;
+    const WireLead header = ToWire(mine, data.second, options_);
+    try {
+      mesh_->Send(p->rank, &header, sizeof(header), data.first, data.second);
+    } catch (const std::exception& e) {
+      // Most often a peer that found a mismatch and closed: the lead it sent first, checked
+      // below, names it.
+      if (send_failed.empty()) send_failed = e.what();
     }
-    sender->out_buffer[parity]->send(p->rank, kLeadSlot, 0, sizeof(WireLead) + data.second);
-    ++sender->sends[parity];
   }
   // The predecessor's first: it sends to this rank whatever it runs, so ranks that disagree are
   // named even where a peer this rank waits for sends it nothing.
@@ -309,16 +262,22 @@ void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& 
   for (auto& p : slots_) {
     if (p->rank != predecessor && Sends(p->rank, me, mine)) Check(*p, mine);
   }
-  // A peer waited for had posted its receives before it sent its lead, so these complete at
-  // once; and a root's sends to the ranks it did not wait for go out before the collective ends
-  // (the job may end with it), unless such a rank is two collectives behind.
-  for (auto& p : slots_) WaitSends(*p, parity, mine);
+  if (!send_failed.empty()) {
+    throw std::runtime_error(absl::StrCat("the lead of ", Describe(mine), ": ", send_failed));
+  }
+  // What the sockets did not take at once goes out before the collective ends (the job may end
+  // with it); a peer two collectives behind may hold it up.
+  try {
+    mesh_->Flush(timeout_);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(absl::StrCat("the lead of ", Describe(mine), ": ", e.what()));
+  }
 }
 
 std::pair<char*, size_t> LeadExchange::Payload(int peer) {
   for (auto& p : slots_) {
     if (p->rank == peer && p->holding) {
-      return {p->in[p->head].data() + sizeof(WireLead), p->payload_bytes};
+      return {p->lead.data() + sizeof(WireLead), p->payload_bytes};
     }
   }
   throw std::logic_error(
@@ -326,22 +285,7 @@ std::pair<char*, size_t> LeadExchange::Payload(int peer) {
 }
 
 void LeadExchange::Release() {
-  // The collective that just ended is complete whatever happens here: a peer that finished first
-  // may have closed its connections already (its communicator destroyed at the end of a job),
-  // and posting a receive on them throws. The next collective reports that, if there is one.
-  for (auto& p : slots_) {
-    if (!p->holding) continue;
-    p->holding = false;
-    const int taken = p->head;
-    p->head ^= 1;
-    if (!broken_why_.empty()) continue;
-    try {
-      Post(*p, taken);
-    } catch (const std::exception& e) {
-      broken_after_ = sequence_;
-      broken_why_ = e.what();
-    }
-  }
+  for (auto& p : slots_) p->holding = false;
 }
 
 }  // namespace zerod::comm::internal

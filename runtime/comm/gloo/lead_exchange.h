@@ -6,11 +6,11 @@
 // collective carries the data itself.
 //
 // Why: ranks that disagree on a collective must not reach Gloo with different sizes, because its
-// TCP transport aborts the process when a message is longer than the receive posted for it. A
-// lead always fits: every rank receives leads into buffers of one fixed capacity, posted for the
-// next collective as soon as the previous one has let go of them. So a lead is sent at once (the
-// receive is already there, no rendezvous round trip), the check costs no message of its own, and
-// a collective small enough to travel inline completes in a single exchange.
+// TCP transport aborts the process when a message is longer than the receive posted for it. Leads
+// travel on connections of their own (lead_mesh.h), one write and one read each, as frames of a
+// bounded length that a peer reads whenever they come: a lead is sent at once (no rendezvous round
+// trip), the check costs no message of its own, and a collective small enough to travel inline
+// completes in a single exchange.
 //
 // Peers: every other rank while the world has at most `all_to_all_max_world` ranks (leads may
 // then carry data); beyond that only the two ring neighbours (header only: checking each rank
@@ -26,9 +26,8 @@
 // shorter than what the root sends. A broadcast at 4 ranks sends 6 leads, not 12, and its root
 // waits for one lead, not three.
 //
-// Leads between two ranks travel in order on one slot of their own; each rank keeps two receives
-// posted per peer, taken in turn, so a lead a peer does not send leaves the receive for the next
-// one (a lead carries its sequence number, and one from another collective is named).
+// Leads between two ranks arrive in order; a lead carries its sequence number, and one from
+// another collective (a peer that sent one this rank's view did not expect) is named.
 //
 // Used by whichever thread runs the communicator's collectives (its collective thread, or a
 // caller running a small one), one at a time. Every rank of a group must be given the same
@@ -43,14 +42,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/comm/gloo/lead_mesh.h"
 #include "runtime/common/dtype.h"
-
-namespace gloo {
-class Context;
-namespace transport {
-class UnboundBuffer;
-}
-}  // namespace gloo
 
 namespace zerod::comm::internal {
 
@@ -94,7 +87,13 @@ class LeadExchange {
   // The most data a lead carries to one peer.
   static constexpr size_t kMaxInlineBytes = size_t{64} << 10;
 
-  LeadExchange(std::shared_ptr<gloo::Context> context, int64_t rank, int64_t world_size,
+  // The longest frame a lead takes on the mesh.
+  static size_t MaxLeadBytes();
+  // The ranks `rank` exchanges leads with, in rank order (see "Peers" above).
+  static std::vector<int> PeersOf(int64_t rank, int64_t world_size, const LeadOptions& options);
+
+  // `mesh` connects this rank to every other (null in a world of one).
+  LeadExchange(std::unique_ptr<LeadMesh> mesh, int64_t rank, int64_t world_size,
                LeadOptions options, std::chrono::milliseconds timeout);
   ~LeadExchange();
   LeadExchange(const LeadExchange&) = delete;
@@ -120,28 +119,22 @@ class LeadExchange {
   // The data `peer` sent inline with its lead in the last Exchange, and its size (a peer whose
   // lead it waited for).
   std::pair<char*, size_t> Payload(int peer);
-  // The last Exchange's payloads are no longer needed: posts the receives of the next
-  // collective's leads, so that peers can send them the moment they get there.
+  // The last Exchange's payloads are no longer needed.
   void Release();
-  // Wakes every wait on a lead, now or next (it returns false, and the exchange throws). Gloo
-  // leaves a send that waits for its peer's receive asleep when the pair closes under it, until
-  // the collective timeout; the owner calls this after closing the transport. Any thread.
-  void AbortWaits();
+  // Closes the lead connections: a wait on a lead, now or next, fails here, and the peers' fail
+  // at once. Any thread.
+  void Close();
 
  private:
   struct Peer;
   // Whether rank `from` sends rank `to` a lead for `d`, in `d`'s view.
   bool Sends(int from, int to, const CollectiveDescriptor& d) const;
-  // Posts `p`'s receive into in[slot] (the receives are matched in the order they are posted).
-  void Post(Peer& p, int slot);
   // Waits for `p`'s lead of `mine` and checks it (throws as Exchange does).
   void Check(Peer& p, const CollectiveDescriptor& mine);
-  // Waits for the sends to `p` from its buffer of `parity`.
-  void WaitSends(Peer& p, int parity, const CollectiveDescriptor& of);
   // This rank's view of collective #sequence, if it is one of the last few (for error messages).
   const CollectiveDescriptor* Ran(int64_t sequence) const;
 
-  std::shared_ptr<gloo::Context> context_;
+  std::unique_ptr<LeadMesh> mesh_;
   const int64_t rank_;
   const int64_t world_size_;
   const LeadOptions options_;
@@ -151,9 +144,6 @@ class LeadExchange {
   std::vector<std::unique_ptr<Peer>> slots_;  // one per peer, in peers_ order
   std::vector<CollectiveDescriptor> ran_;     // the last collectives, by sequence modulo its size
   int64_t sequence_ = 0;                      // of the last Exchange
-  // Posting the receives after collective #broken_after_ failed: the next Exchange throws this.
-  int64_t broken_after_ = 0;
-  std::string broken_why_;
 };
 
 }  // namespace zerod::comm::internal

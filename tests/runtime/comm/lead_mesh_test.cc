@@ -1,0 +1,232 @@
+// The lead connections (runtime/comm/gloo/lead_mesh.h) between real ranks: threads of this
+// process over loopback TCP, rendezvous through an InMemoryStore.
+
+#include "runtime/comm/gloo/lead_mesh.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <latch>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/comm/in_memory_store.h"
+
+namespace zerod::comm::internal {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+constexpr size_t kMaxFrame = size_t{64} << 10;
+constexpr milliseconds kLong{30000};
+
+std::vector<int> Others(int rank, int world) {
+  std::vector<int> peers;
+  for (int r = 0; r < world; ++r) {
+    if (r != rank) peers.push_back(r);
+  }
+  return peers;
+}
+
+// Connects `world` ranks (rank r with a frame limit of limits[r], kMaxFrame if not given) and
+// runs body(rank, mesh) on each at once.
+void OnMesh(int world, const std::function<void(int, LeadMesh&)>& body,
+            std::vector<size_t> limits = {}) {
+  InMemoryStore store;
+  limits.resize(world, kMaxFrame);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto mesh = LeadMesh::Connect(store, "m/", r, Others(r, world), "127.0.0.1", limits[r],
+                                    absl::Seconds(30));
+      ASSERT_TRUE(mesh.ok()) << mesh.status();
+      body(r, **mesh);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+std::vector<char> Frame(int from, int to, int index, size_t bytes) {
+  std::vector<char> v(bytes);
+  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<char>(from * 31 + to * 7 + index + i);
+  return v;
+}
+
+void Send(LeadMesh& mesh, int peer, const std::vector<char>& frame) {
+  // Split into a header and a payload, as leads go.
+  const size_t header = std::min<size_t>(frame.size(), 8);
+  mesh.Send(peer, frame.data(), header, frame.data() + header, frame.size() - header);
+}
+
+TEST(LeadMesh, FramesArriveInOrderWhileEveryRankWritesFirst) {
+  // 4 MiB to each peer before anyone reads: far more than a socket takes, so sends queue and are
+  // written while the rank waits for its own frames.
+  const int frames = 64;
+  OnMesh(3, [&](int r, LeadMesh& mesh) {
+    for (int i = 0; i < frames; ++i) {
+      for (int peer : Others(r, 3)) Send(mesh, peer, Frame(r, peer, i, i == 0 ? 0 : kMaxFrame - i));
+    }
+    std::vector<char> got;
+    for (int i = 0; i < frames; ++i) {
+      for (int peer : Others(r, 3)) {
+        mesh.Receive(peer, got, kLong);
+        ASSERT_EQ(got, Frame(peer, r, i, i == 0 ? 0 : kMaxFrame - i)) << "frame " << i;
+      }
+    }
+    mesh.Flush(kLong);
+  });
+}
+
+TEST(LeadMesh, StrayConnectionsAreDroppedAndThePeersStillConnect) {
+  InMemoryStore store;
+  std::thread rank0([&] {
+    auto mesh = LeadMesh::Connect(store, "m/", 0, {1}, "127.0.0.1", kMaxFrame, absl::Seconds(30));
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    std::vector<char> got;
+    (*mesh)->Receive(1, got, kLong);
+    EXPECT_EQ(got, Frame(1, 0, 0, 100));
+  });
+  absl::StatusOr<std::string> where = store.Get("m/0", absl::Seconds(30));
+  ASSERT_TRUE(where.ok()) << where.status();
+  std::vector<std::string> parts = absl::StrSplit(*where, ' ');
+  ASSERT_EQ(parts.size(), 2u);
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(parts[1], &port));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::inet_pton(AF_INET, parts[0].c_str(), &addr.sin_addr), 1);
+  // A stranger that writes garbage, one that says nothing, and one with the right shape but the
+  // wrong nonce: none of them is taken for rank 1.
+  std::vector<int> strays;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    strays.push_back(fd);
+  }
+  const std::string garbage(32, 'x');
+  ASSERT_EQ(::write(strays[0], garbage.data(), garbage.size()), 32);
+  uint64_t forged[4] = {0x3168736d64614c7a, 12345, 1, 0};  // magic, a guessed nonce, from 1, to 0
+  ASSERT_EQ(::write(strays[2], forged, sizeof(forged)), static_cast<ssize_t>(sizeof(forged)));
+  std::thread rank1([&] {
+    auto mesh = LeadMesh::Connect(store, "m/", 1, {0}, "127.0.0.1", kMaxFrame, absl::Seconds(30));
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    Send(**mesh, 0, Frame(1, 0, 0, 100));
+    (*mesh)->Flush(kLong);
+  });
+  rank0.join();
+  rank1.join();
+  for (int fd : strays) ::close(fd);
+}
+
+TEST(LeadMesh, ConnectNamesTheRankThatNeverCame) {
+  InMemoryStore store;
+  auto mesh =
+      LeadMesh::Connect(store, "m/", 0, {1, 2}, "127.0.0.1", kMaxFrame, absl::Milliseconds(200));
+  ASSERT_FALSE(mesh.ok());
+  EXPECT_THAT(mesh.status().message(), HasSubstr("for rank 1 (and 1 more) to connect"));
+}
+
+TEST(LeadMesh, AFrameOverTheLimitIsNamed) {
+  // Rank 1 may send 64 KiB frames; rank 0 takes at most 1 KiB.
+  OnMesh(2,
+         [&](int r, LeadMesh& mesh) {
+           if (r == 1) {
+             Send(mesh, 0, Frame(1, 0, 0, 4096));
+             mesh.Flush(kLong);
+             return;
+           }
+           std::vector<char> got;
+           try {
+             mesh.Receive(1, got, kLong);
+             ADD_FAILURE() << "an over-long frame was taken";
+           } catch (const std::runtime_error& e) {
+             EXPECT_THAT(e.what(), HasSubstr("rank 1 sent a lead of 4096 bytes (at most 1024)"));
+           }
+         },
+         {1024, kMaxFrame});
+}
+
+TEST(LeadMesh, APeersFramesAreTakenAfterItClosesThenItsCloseIsNamed) {
+  InMemoryStore store;
+  std::thread rank1([&] {
+    auto mesh = LeadMesh::Connect(store, "m/", 1, {0}, "127.0.0.1", kMaxFrame, absl::Seconds(30));
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    Send(**mesh, 0, Frame(1, 0, 0, 100));
+    Send(**mesh, 0, Frame(1, 0, 1, 200));
+    (*mesh)->Flush(kLong);
+  });  // its mesh is destroyed: the connection closes
+  auto mesh = LeadMesh::Connect(store, "m/", 0, {1}, "127.0.0.1", kMaxFrame, absl::Seconds(30));
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  rank1.join();
+  std::vector<char> got;
+  (*mesh)->Receive(1, got, kLong);
+  EXPECT_EQ(got, Frame(1, 0, 0, 100));
+  (*mesh)->Receive(1, got, kLong);
+  EXPECT_EQ(got, Frame(1, 0, 1, 200));
+  try {
+    (*mesh)->Receive(1, got, kLong);
+    ADD_FAILURE() << "a closed peer's lead was waited for";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 1 closed its lead connection"));
+  }
+  EXPECT_THROW(Send(**mesh, 1, Frame(0, 1, 0, 10)), std::runtime_error);
+}
+
+TEST(LeadMesh, CloseWakesAWaitHereAndThePeersAtOnce) {
+  OnMesh(2, [&](int r, LeadMesh& mesh) {
+    std::vector<char> got;
+    const auto start = std::chrono::steady_clock::now();
+    if (r == 0) {
+      std::thread closer([&] {
+        std::this_thread::sleep_for(milliseconds(100));
+        mesh.Close();
+      });
+      EXPECT_THROW(mesh.Receive(1, got, kLong), std::runtime_error);
+      closer.join();
+      EXPECT_THROW(Send(mesh, 1, Frame(0, 1, 0, 10)), std::runtime_error);
+    } else {
+      try {
+        mesh.Receive(0, got, kLong);
+        ADD_FAILURE() << "a closed peer's lead was taken";
+      } catch (const std::runtime_error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("rank 0 closed its lead connection"));
+      }
+    }
+    // Woken, not timed out (kLong is 30 s).
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(10000));
+  });
+}
+
+TEST(LeadMesh, AWaitForALeadThatNeverComesTimesOutNamingThePeer) {
+  std::latch done(1);
+  OnMesh(2, [&](int r, LeadMesh& mesh) {
+    if (r == 1) {
+      done.wait();  // sends nothing, and stays connected until rank 0 is done
+      return;
+    }
+    std::vector<char> got;
+    try {
+      mesh.Receive(1, got, milliseconds(50));
+      ADD_FAILURE() << "no lead came, yet one was taken";
+    } catch (const std::runtime_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("no lead from rank 1 within 50 ms"));
+    }
+    done.count_down();
+  });
+}
+
+}  // namespace
+}  // namespace zerod::comm::internal
