@@ -791,8 +791,8 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
                      leads_.Release();
                      return;
                    }
-                   // With all-to-all leads a receiver has checked the root's lead (same count)
-                   // before Gloo's broadcast posts its receive; the root checks one lead only.
+                   // Too large to go inline: every rank's lead reached every other and was
+                   // checked (all-to-all), so every rank posts Gloo's receives of one size.
                    leads_.Exchange(lead, nullptr);
                    leads_.Release();
                    if (bytes == 0) return;

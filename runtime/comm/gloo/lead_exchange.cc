@@ -156,8 +156,13 @@ void LeadExchange::Close() {
 }
 
 bool LeadExchange::Sends(int from, int to, const CollectiveDescriptor& d) const {
+  // Only a broadcast that goes inline is sparse: its data comes in the root's lead, which every
+  // receiver checks. A larger one goes through Gloo's binomial tree, where a rank's data comes from
+  // its tree parent, whose lead a sparse receiver would never see (a parent on another root's
+  // tree would send a longer message than the receive posted, and Gloo aborts the process).
   if (!all_to_all_ || d.kind != CollectiveKind::kBroadcast || d.root < 0 || d.root >= world_size_ ||
-      from == d.root) {
+      from == d.root || d.count < 0 ||
+      !CarriesInline(static_cast<size_t>(d.count) * static_cast<size_t>(DTypeBytes(d.dtype)))) {
     return true;
   }
   return to == (from + 1) % world_size_;

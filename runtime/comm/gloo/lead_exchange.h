@@ -16,15 +16,16 @@
 // then carry data); beyond that only the two ring neighbours (header only: checking each rank
 // against its predecessor checks the whole ring, and a rank's traffic stays O(1)).
 //
-// Who sends to whom (all-to-all leads): every rank to every other, except in a broadcast, where a
-// rank that is not the root sends its lead to its ring successor only (the root's lead, which
-// carries the data when it fits, still goes to every rank). A rank waits for exactly the leads
-// its view of the collective says are sent to it, its predecessor's first. Every rank always
-// sends to its successor and checks its predecessor before anything else, so ranks that disagree
-// are named at once by some rank whatever they disagree on (even on who the root is); and a
-// receiver checks the root's lead before Gloo's broadcast posts a receive, so no receive is
-// shorter than what the root sends. A broadcast at 4 ranks sends 6 leads, not 12, and its root
-// waits for one lead, not three.
+// Who sends to whom (all-to-all leads): every rank to every other, except in a broadcast that goes
+// inline, where a rank that is not the root sends its lead to its ring successor only (the root's
+// lead, which carries the data, still goes to every rank). A rank waits for exactly the leads its
+// view of the collective says are sent to it, its predecessor's first. Every rank always sends to
+// its successor and checks its predecessor before anything else, so ranks that disagree are named
+// at once by some rank whatever they disagree on (even on who the root is). A broadcast too large
+// to go inline keeps every lead: Gloo's broadcast is a binomial tree, a rank's data comes from its
+// tree parent, and only checking every rank's lead keeps a receive from being shorter than what
+// arrives (Gloo aborts the process then). An inline broadcast at 4 ranks sends 6 leads, not 12,
+// and its root waits for one lead, not three.
 //
 // Leads between two ranks arrive in order; a lead carries its sequence number, and one from
 // another collective (a peer that sent one this rank's view did not expect) is named.

@@ -191,6 +191,11 @@ struct LeadMesh::Peer {
   std::vector<std::vector<char>> spare;  // storage of frames taken, to reuse
   bool closed_by_peer = false;
 
+  // Closes the connection on every path, a failed Connect's included.
+  ~Peer() {
+    if (fd >= 0) ::close(fd);
+  }
+
   std::vector<char> Fresh() {
     if (spare.empty()) return {};
     std::vector<char> v = std::move(spare.back());
@@ -282,20 +287,14 @@ absl::StatusOr<std::unique_ptr<LeadMesh>> LeadMesh::Connect(
   std::sort(connected.begin(), connected.end(),
             [](const auto& a, const auto& b) { return a->rank < b->rank; });
   const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
-    for (auto& p : connected) ::close(p->fd);
-    return Errno("eventfd");
-  }
+  if (wake < 0) return Errno("eventfd");
   return std::unique_ptr<LeadMesh>(new LeadMesh(std::move(connected), wake, max_frame));
 }
 
 LeadMesh::LeadMesh(std::vector<std::unique_ptr<Peer>> peers, int wake_fd, size_t max_frame)
     : peers_(std::move(peers)), wake_fd_(wake_fd), max_frame_(max_frame) {}
 
-LeadMesh::~LeadMesh() {
-  for (auto& p : peers_) ::close(p->fd);
-  ::close(wake_fd_);
-}
+LeadMesh::~LeadMesh() { ::close(wake_fd_); }
 
 void LeadMesh::Close() {
   if (closed_.exchange(true)) return;
@@ -423,8 +422,11 @@ void LeadMesh::Pump(const Done& done, std::chrono::milliseconds timeout, const c
     if (done()) return;
     for (size_t i = 0; i < peers_.size(); ++i) {
       const Peer& p = *peers_[i];
+      // A peer that closed, with nothing left to write to it, is left out: poll would report its
+      // hang-up at once, every time (a busy loop until the lead waited for comes).
+      const bool idle = p.closed_by_peer && p.outbox.empty();
       fds[i] = {
-          p.fd,
+          idle ? -1 : p.fd,
           static_cast<short>((p.closed_by_peer ? 0 : POLLIN) | (p.outbox.empty() ? 0 : POLLOUT)),
           0};
     }

@@ -615,6 +615,30 @@ TEST(GlooCollectivePaths, ALargeBroadcastWithAnotherCountOnAnyRankIsNamedNotAbor
   }
 }
 
+TEST(GlooCollectivePaths, LargeBroadcastsFromTwoRootsOfTwoSizesAreNamedNotAborted) {
+  // Ranks 1 and 2 broadcast more from root 2, the others less from root 0. In root 0's binomial
+  // tree at 8 ranks rank 6's data comes from rank 2, whose lead a sparse broadcast would never
+  // show rank 6: Gloo then aborted the process (a message longer than the receive posted).
+  const int64_t small = 2 * kInlineFloats, large = 4 * kInlineFloats;
+  std::vector<absl::Status> status(8);
+  OnRanks(
+      8,
+      [&](int64_t r, Communicator& c) {
+        std::vector<float> data(static_cast<size_t>(large), 1.0f);
+        const bool odd = r == 1 || r == 2;
+        status[static_cast<size_t>(r)] =
+            c.Broadcast(data.data(), odd ? large : small, DType::kFloat32, odd ? 2 : 0)
+                ->Wait(absl::Seconds(20));
+      },
+      absl::Seconds(20));
+  bool named = false;
+  for (const absl::Status& st : status) {
+    EXPECT_FALSE(st.ok());
+    named |= absl::StrContains(st.message(), "collective mismatch");
+  }
+  EXPECT_TRUE(named) << status[6];
+}
+
 TEST(GlooCollectivePaths, ABroadcastFromARankOutsideTheWorldFailsNamingIt) {
   for (int64_t count : {int64_t{4}, 2 * kInlineFloats}) {
     OnRanks(2, [&](int64_t, Communicator& c) {
