@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/comm/gloo/element_sum.h"
 #include "runtime/comm/gloo/store_adapter.h"
@@ -217,10 +218,13 @@ void GlooCommunicator::RunFront() {
   } catch (const gloo::IoException& e) {
     // Most often a peer that failed the collective first (a mismatch it names, say) and closed
     // every connection: this rank sees only the closed connection.
-    status = absl::UnavailableError(
-        absl::StrCat(op->name, " failed: ", e.what(),
-                     " (a peer closed its connection: it failed a collective, and its own error "
-                     "says why, or it exited)"));
+    // Gloo's own timeouts are IoExceptions too ("Timed out waiting ..."): no peer closed those.
+    const bool timed_out = absl::StrContains(e.what(), "Timed out");
+    status = absl::UnavailableError(absl::StrCat(
+        op->name, " failed: ", e.what(),
+        timed_out ? ""
+                  : " (a peer closed its connection: it failed a collective, and its own error "
+                    "says why, or it exited)"));
   } catch (const std::exception& e) {
     status = absl::UnavailableError(absl::StrCat(op->name, " failed: ", e.what()));
   }
