@@ -331,7 +331,7 @@ void LeadMesh::ReadAvailable(Peer& p) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      Fail(p, absl::StrCat("'s lead connection failed: ", std::strerror(errno)));
+      Fail(p, absl::StrCat("failed on its lead connection: ", std::strerror(errno)));
     }
     p.received += static_cast<size_t>(n);
     size_t at = 0;
