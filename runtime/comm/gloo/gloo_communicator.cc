@@ -26,6 +26,11 @@ struct GlooCommunicator::Op {
   int64_t sent = 0;
   int64_t received = 0;
   std::function<void()> body;
+  // Under the communicator's mu_: its place in call order, when it was queued, and whether a
+  // thread has taken it.
+  int64_t index = 0;
+  std::chrono::steady_clock::time_point queued_at;
+  bool started = false;
 
   // The first outcome wins: completion, a Work's abort, or the communicator's.
   void Finish(absl::Status s) {
@@ -161,6 +166,10 @@ GlooCommunicator::~GlooCommunicator() {
     // closed; it still touches this object until then.
     mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !executing_; });
   }
+  {
+    MutexLock lock(&loop_mu_);
+    loop_stop_ = true;
+  }
   thread_.join();
 }
 
@@ -171,45 +180,107 @@ std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, 
   op->sent = sent;
   op->received = received;
   op->body = std::move(body);
-  MutexLock lock(&mu_);
-  if (!aborted_.ok()) {
-    op->Finish(aborted_);
-  } else {
+  {
+    MutexLock lock(&mu_);
+    if (!aborted_.ok()) {
+      op->Finish(aborted_);
+      return std::make_unique<GlooWork>(this, op);
+    }
+    op->index = ++queued_;
+    op->queued_at = std::chrono::steady_clock::now();
     queue_.push_back(op);
   }
+  WakeLoop(false);
   return std::make_unique<GlooWork>(this, op);
 }
 
+void GlooCommunicator::WakeLoop(bool now) {
+  // Armed, the collective thread looks at the queue by itself: no wake-up needed, unless a
+  // collective must not wait until the front one falls due.
+  if (loop_armed_.exchange(true) && !now) return;
+  MutexLock lock(&loop_mu_);
+  ++loop_wakes_;
+}
+
 void GlooCommunicator::Loop() {
-  MutexLock lock(&mu_);
+  int64_t seen = 0;
+  std::optional<std::chrono::steady_clock::time_point> look_at;  // when the front one falls due
   for (;;) {
-    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || (!queue_.empty() && !executing_);
-    });
-    if (queue_.empty()) return;
-    RunFront();
+    {
+      MutexLock lock(&loop_mu_);
+      const auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_mu_) {
+        return loop_stop_ || loop_wakes_ != seen;
+      };
+      if (look_at) {
+        loop_mu_.AwaitWithTimeout(woken,
+                                  absl::FromChrono(*look_at - std::chrono::steady_clock::now()));
+      } else {
+        loop_mu_.Await(woken);
+      }
+      seen = loop_wakes_;
+    }
+    // From here on, a collective queued or left behind wakes this thread again.
+    loop_armed_.store(false);
+    look_at.reset();
+    MutexLock lock(&mu_);
+    while (!queue_.empty() && !executing_) {
+      const auto due = queue_.front()->queued_at + kUnclaimedGrace;
+      if (!stopping_ && queue_.front()->index > wanted_through_ &&
+          std::chrono::steady_clock::now() < due) {
+        // Still the caller's to run; this thread comes back when it falls due, and need not be
+        // woken meanwhile (mu_ is held: nothing was queued since the look).
+        look_at = due;
+        loop_armed_.store(true);
+        break;
+      }
+      RunFront();
+    }
+    if (stopping_ && queue_.empty()) return;
   }
 }
 
 absl::Status GlooCommunicator::RunOrWait(const std::shared_ptr<Op>& op, absl::Duration timeout) {
+  // The caller runs a collective itself, and any queued before it (they run in call order
+  // anyway): waited for at once, it then costs no wake-up of the collective thread and none of the
+  // caller. On the shared 2-core VM each such wake-up could wait for a 4 ms scheduler tick; run
+  // here, a 256 KiB broadcast or all-gather at 2 ranks took 0.2-0.4 ms where the collective
+  // thread's took 4 ms in most runs (collective_bench, three alternating runs). Only when the
+  // caller would wait as long as the collective may take (Gloo's own waits have that timeout).
+  if (timeout >= options_.timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    {
+      MutexLock lock(&mu_);
+      for (;;) {
+        const bool turn = mu_.AwaitWithDeadline(
+            [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return op->started || !executing_; },
+            deadline);
+        // Not started with nothing queued: an abort finished it.
+        if (!turn || op->started || queue_.empty()) break;
+        RunFront();
+      }
+    }
+    // Not under mu_: the thread running it takes mu_ to finish it.
+    return op->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  }
+  // A caller that may give up sooner cannot run it (inside Gloo it could not leave before Gloo's
+  // timeout): the collective thread runs it at once, with every one queued so far (issued
+  // together, as a WorkGroup's, they are waited for one after the other).
+  bool wake = false;
   {
-    // The caller runs a collective itself when it is next and nothing is running: waited for at
-    // once, it then costs no wake-up of the collective thread and none of the caller. On the
-    // shared 2-core VM each such wake-up could wait for a 4 ms scheduler tick; run here, a 256 KiB
-    // broadcast or all-gather at 2 ranks took 0.2-0.4 ms where the collective thread's took 4 ms
-    // in most runs (collective_bench, three alternating runs). Only when the caller would wait as
-    // long as the collective may take (Gloo's own waits have that timeout).
     MutexLock lock(&mu_);
-    if (!executing_ && timeout >= options_.timeout && !queue_.empty() && queue_.front() == op) {
-      RunFront();
+    if (!op->started && op->index > wanted_through_) {
+      wanted_through_ = queued_;
+      wake = true;
     }
   }
+  if (wake) WakeLoop(true);
   return op->Wait(timeout);
 }
 
 void GlooCommunicator::RunFront() {
   std::shared_ptr<Op> op = queue_.front();
   queue_.pop_front();
+  op->started = true;
   executing_ = true;
   mu_.Unlock();
   absl::Status status;
@@ -247,6 +318,8 @@ void GlooCommunicator::RunFront() {
   }
   // Only now, with Gloo done with the op's buffers, may its waiters free them.
   op->Finish(status);
+  // Queued behind it while it ran: the collective thread may have looked and found it running.
+  if (!queue_.empty()) WakeLoop(false);
 }
 
 void GlooCommunicator::CloseConnections() {

@@ -24,6 +24,8 @@
 
 #include <gloo/transport/unbound_buffer.h>
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -101,7 +103,11 @@ class GlooCommunicator final : public Communicator {
                    int64_t rank, int64_t world_size, GlooOptions options);
   std::unique_ptr<Work> Enqueue(std::string name, int64_t sent, int64_t received,
                                 std::function<void()> body);
+  // The collective thread: runs, in order, what no caller took within kUnclaimedGrace of queueing
+  // it (a collective issued to overlap with work and waited for later).
   void Loop();
+  // Has the collective thread look at the queue: `now`, or when it is not set to already.
+  void WakeLoop(bool now);
   // Pops the first queued collective and runs it, with mu_ released meanwhile.
   void RunFront() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the connection to every peer, failing each Gloo wait in flight.
@@ -166,10 +172,29 @@ class GlooCommunicator final : public Communicator {
   // A thread (the collective thread, or a caller in RunOrWait) is running a collective: one at a
   // time, in call order, as a Gloo context requires.
   bool executing_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // collectives queued so far (an Op's index)
+  // Collectives up to this index are waited for by callers that do not run them: the collective
+  // thread runs them without waiting for a caller (kUnclaimedGrace).
+  int64_t wanted_through_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int64_t> sent_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> received_ ABSL_GUARDED_BY(mu_);
   int64_t sequence_ = 0;          // collectives started; by the thread running a collective
   std::vector<char> staging_[2];  // Staging(); by the thread running a collective
+
+  // How long a queued collective waits for a caller to run it before the collective thread does.
+  // A caller that waits at once runs it itself (RunOrWait); the collective thread is woken only
+  // when it is not set to look already (loop_armed_), not by every release of mu_ as a waiter on
+  // mu_ was (three per collective), and no longer takes a collective from the caller about to
+  // wait for it. A 4 KiB all-reduce at 2 ranks went from 12.7-21.5 us to 9.2-9.9 us
+  // (collective_bench, two runs each way); at 3-4 ranks, where the processes share 2 cores, no
+  // change beyond the noise.
+  static constexpr std::chrono::microseconds kUnclaimedGrace{200};
+  // The collective thread's wake-ups, apart from mu_ so that its releases do not wake it.
+  Mutex loop_mu_;
+  int64_t loop_wakes_ ABSL_GUARDED_BY(loop_mu_) = 0;
+  bool loop_stop_ ABSL_GUARDED_BY(loop_mu_) = false;
+  // True while the collective thread is sure to look at the queue without a wake-up.
+  std::atomic<bool> loop_armed_{false};
   std::thread thread_;
 };
 

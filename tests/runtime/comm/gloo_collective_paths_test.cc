@@ -575,8 +575,9 @@ TEST(GlooCollectivePaths, ALargeBroadcastReachesEveryRankFromEveryRoot) {
         std::vector<float> data(static_cast<size_t>(count));
         for (int64_t root = 0; root < world; ++root) {
           for (int64_t i = 0; i < count; ++i) data[i] = Value(r, i);
-          ASSERT_TRUE(
-              c.Broadcast(data.data(), count, DType::kFloat32, root)->Wait(absl::Seconds(30)).ok());
+          const absl::Status s =
+              c.Broadcast(data.data(), count, DType::kFloat32, root)->Wait(absl::Seconds(30));
+          ASSERT_TRUE(s.ok()) << s;
           for (int64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], Value(root, i)) << i;
         }
       });
