@@ -10,11 +10,11 @@
 //
 // A size is the bytes of the buffer every rank passes: the whole buffer of an all-reduce or a
 // broadcast, all world chunks of a reduce-scatter or an all-gather (--dtype elements, fp32 by
-// default). Each size runs warm-up iterations, then as many as fill --min-time (at least 5); the
-// median iteration counts. "lead_share" is what a header-only lead exchange (a barrier: what a
-// collective too large to go inline pays for the order check) takes, as a share of the collective's
-// time; collectives that go inline carry their check in the data message itself and pay no extra
-// message.
+// default). Each size runs warm-up iterations, then as many as fill --min-time (at least 5); an
+// iteration takes what its slowest rank took, and the median iteration counts. "lead_share" is what
+// a header-only lead exchange (a barrier: what a collective too large to go inline pays for the
+// order check) takes, as a share of the collective's time; collectives that go inline carry their
+// check in the data message itself and pay no extra message.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -158,6 +158,68 @@ void MeasureLoopback() {
   waitpid(echo, nullptr, 0);
 }
 
+// The bare all-to-all exchange of 4 KiB among `world` processes over loopback TCP, no framing and
+// no polling: each writes 4 KiB to every other, then reads every other's in rank order, blocking.
+// What an inline collective (one exchange) cannot beat on this machine; at more ranks than cores
+// most of it is processes waiting for a core, which a two-process round trip never shows. An
+// iteration takes what its slowest process took; the median iteration counts.
+void MeasureExchange(int64_t world) {
+  constexpr size_t kBytes = 4096;
+  constexpr int kWarmup = 100, kIterations = 2000;
+  const auto w = static_cast<size_t>(world);
+  std::vector<std::vector<int>> fds(w, std::vector<int>(w, -1));  // fds[r][q]: r's end to q
+  for (size_t r = 0; r < w; ++r) {
+    for (size_t q = r + 1; q < w; ++q) std::tie(fds[r][q], fds[q][r]) = LoopbackPair();
+  }
+  std::vector<int> results;  // read ends of each process's pipe of per-iteration times
+  std::vector<pid_t> pids;
+  for (size_t r = 0; r < w; ++r) {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) Die("pipe failed");
+    const pid_t pid = fork();
+    if (pid < 0) Die("fork failed");
+    if (pid == 0) {
+      close(pipe_fds[0]);
+      std::vector<char> out(kBytes, 1), in(kBytes);
+      std::vector<float> times;
+      for (int i = 0; i < kWarmup + kIterations; ++i) {
+        const auto t0 = Clock::now();
+        for (size_t q = 0; q < w; ++q) {
+          if (q != r) WriteAll(fds[r][q], out.data(), kBytes);
+        }
+        for (size_t q = 0; q < w; ++q) {
+          if (q != r) ReadAll(fds[r][q], in.data(), kBytes);
+        }
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (i >= kWarmup) times.push_back(static_cast<float>(us));
+      }
+      WriteAll(pipe_fds[1], reinterpret_cast<const char*>(times.data()),
+               times.size() * sizeof(float));
+      _exit(0);
+    }
+    close(pipe_fds[1]);
+    results.push_back(pipe_fds[0]);
+    pids.push_back(pid);
+  }
+  for (auto& row : fds) {
+    for (int fd : row) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  std::vector<double> slowest(kIterations, 0.0);
+  std::vector<float> times(kIterations);
+  for (size_t r = 0; r < w; ++r) {
+    ReadAll(results[r], reinterpret_cast<char*>(times.data()), times.size() * sizeof(float));
+    close(results[r]);
+    waitpid(pids[r], nullptr, 0);
+    for (size_t i = 0; i < times.size(); ++i) slowest[i] = std::max(slowest[i], double{times[i]});
+  }
+  std::printf(
+      "{\"kind\": \"loopback_exchange\", \"world\": %lld, \"bytes\": %zu, \"time_us\": %.1f}\n",
+      static_cast<long long>(world), kBytes, Median(slowest));
+  std::fflush(stdout);
+}
+
 // --- The collectives.
 
 struct Op {
@@ -239,7 +301,10 @@ void Check(const absl::Status& s, const char* what) {
 }
 
 // Times `body` (one collective, waited for) until `min_time` has passed on rank 0; every rank runs
-// the same number of iterations (rank 0 decides and broadcasts it).
+// the same number of iterations (rank 0 decides and broadcasts it). An iteration takes as long as
+// its slowest rank took (every rank's times are gathered): rank 0's own time alone would flatter an
+// algorithm whose root hands its data to the kernel and starts the next one while the others still
+// receive. The median iteration counts.
 double TimeIt(comm::Communicator& c, double min_time, const std::function<void()>& body) {
   for (int i = 0; i < 3; ++i) body();
   const auto start = Clock::now();
@@ -247,13 +312,25 @@ double TimeIt(comm::Communicator& c, double min_time, const std::function<void()
   const double once = std::chrono::duration<double>(Clock::now() - start).count();
   float iterations = static_cast<float>(std::clamp(min_time / std::max(once, 1e-7), 5.0, 2000.0));
   Check(c.Broadcast(&iterations, 1, DType::kFloat32, 0)->Wait(absl::Seconds(120)), "broadcast");
-  std::vector<double> times;
-  for (int i = 0; i < static_cast<int>(iterations); ++i) {
+  const auto n = static_cast<int64_t>(iterations);
+  // Microseconds as fp32 (7 digits), each rank's in its chunk, gathered after the timed loop.
+  std::vector<float> times(static_cast<size_t>(n * c.world_size()));
+  float* mine = times.data() + c.rank() * n;
+  for (int64_t i = 0; i < n; ++i) {
     const auto t0 = Clock::now();
     body();
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    mine[i] =
+        static_cast<float>(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
-  return Median(times);
+  Check(c.AllGather(times.data(), n, DType::kFloat32)->Wait(absl::Seconds(120)), "all_gather");
+  std::vector<double> slowest(static_cast<size_t>(n), 0.0);
+  for (int64_t r = 0; r < c.world_size(); ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      slowest[static_cast<size_t>(i)] =
+          std::max(slowest[static_cast<size_t>(i)], double{times[static_cast<size_t>(r * n + i)]});
+    }
+  }
+  return Median(slowest) * 1e-6;
 }
 
 void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
@@ -341,7 +418,7 @@ int main(int argc, char** argv) {
   app.add_option("--ops", ops_text,
                  "Comma-separated ops to measure (all_reduce, reduce_scatter, all_gather, "
                  "broadcast; default every one)");
-  app.add_flag("--no-loopback", no_loopback, "Skip the loopback TCP measurement");
+  app.add_flag("--no-loopback", no_loopback, "Skip the loopback TCP measurements");
   app.add_option("--split-all-reduce-max", split_text,
                  "GlooOptions::split_all_reduce_max_bytes (1: Gloo's all-reduce above the inline "
                  "sizes), to measure the cross-over");
@@ -366,6 +443,7 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> sizes = ParseList(sizes_text, true);
   if (!no_loopback) MeasureLoopback();
   for (int64_t world : worlds) {
+    if (!no_loopback && world > 1) MeasureExchange(world);
     std::string dir = (std::filesystem::temp_directory_path() / "collective_bench_XXXXXX").string();
     if (mkdtemp(dir.data()) == nullptr) Die("cannot make a temporary directory");
     std::vector<pid_t> ranks;

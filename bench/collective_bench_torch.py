@@ -2,7 +2,7 @@
 """torch.distributed on gloo, timed like build/bin/collective_bench times zerod's collectives.
 
 Same worlds, sizes, iteration rule (warm-up, then as many as fill --min-time, at least 5; the
-median counts) and output (one JSON object per line), so bench/collective_report.py can put
+median of the slowest rank's time counts) and output (one JSON object per line), so bench/collective_report.py can put
 both side by side. Each rank is its own process (torch.multiprocessing, spawn); rendezvous
 through a FileStore. torch's gloo backend has no reduce_scatter: that row says so.
 
@@ -24,6 +24,7 @@ def median(values):
 
 
 def time_it(dist, torch, min_time, body):
+    """The median iteration, each taking as long as its slowest rank took (as collective_bench)."""
     for _ in range(3):
         body()
     start = time.perf_counter()
@@ -36,7 +37,10 @@ def time_it(dist, torch, min_time, body):
         t0 = time.perf_counter()
         body()
         times.append(time.perf_counter() - t0)
-    return median(times)
+    mine = torch.tensor(times, dtype=torch.float64)
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return median(torch.stack(every).max(dim=0).values.tolist())
 
 
 def run_rank(rank, world, store_file, sizes, min_time, only_ops, queue):
