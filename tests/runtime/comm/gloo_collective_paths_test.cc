@@ -791,5 +791,52 @@ TEST(GlooCollectivePaths, ACallerRunningALargeCollectiveGetsMismatchesAndAborts)
   });
 }
 
+// A collective issued and not waited for (to overlap with other work) runs on the collective
+// thread: rank 1's all-reduce can only complete once rank 0's has run, and rank 0 waits only after
+// that. A waiter with a timeout shorter than the communicator's has the collective thread run its
+// collective, and those issued with it, at once.
+TEST(GlooCollectivePaths, ACollectiveNobodyWaitsForYetStillRuns) {
+  for (const int64_t n : {int64_t{8}, 4 * kInlineFloats}) {
+    SCOPED_TRACE(testing::Message() << n << " floats");
+    Notification done;
+    OnRanks(
+        2,
+        [&](int64_t r, Communicator& c) {
+          std::vector<float> a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n), 2.0f);
+          auto first = c.AllReduce(a.data(), n, DType::kFloat32);
+          auto second = c.AllReduce(b.data(), n, DType::kFloat32);
+          if (r == 0) {
+            done.WaitForNotification();
+          } else {
+            EXPECT_TRUE(second->Wait(absl::Seconds(5)).ok());  // shorter than the communicator's
+            done.Notify();
+          }
+          EXPECT_TRUE(first->Wait(absl::Seconds(10)).ok());
+          EXPECT_TRUE(second->Wait(absl::Seconds(10)).ok());
+          EXPECT_EQ(std::count(a.begin(), a.end(), 2.0f), n);
+          EXPECT_EQ(std::count(b.begin(), b.end(), 4.0f), n);
+        },
+        absl::Seconds(10));
+  }
+}
+
+// A waiter that finds its collective already running on the collective thread (it waited too late
+// to run it itself) lets that thread finish it: the thread takes the communicator's lock to.
+TEST(GlooCollectivePaths, AWaiterForACollectiveTheCollectiveThreadRunsDoesNotBlockIt) {
+  const int64_t n = 4 * kInlineFloats;
+  OnRanks(
+      2,
+      [&](int64_t r, Communicator& c) {
+        std::vector<float> data(static_cast<size_t>(n), 1.0f);
+        if (r == 1) absl::SleepFor(absl::Milliseconds(100));
+        auto work = c.AllReduce(data.data(), n, DType::kFloat32);
+        // Rank 0's collective thread takes it (no caller within 200 us) and waits in it for rank 1.
+        if (r == 0) absl::SleepFor(absl::Milliseconds(20));
+        EXPECT_TRUE(work->Wait(absl::Seconds(10)).ok());
+        EXPECT_EQ(std::count(data.begin(), data.end(), 2.0f), n);
+      },
+      absl::Seconds(10));
+}
+
 }  // namespace
 }  // namespace zerod::comm
