@@ -41,7 +41,9 @@ def medians(rows, kind, key, field):
     out = {}
     for k, values in groups.items():
         present = sorted(v for v in values if v is not None)
-        out[k] = present[len(present) // 2] if present else None
+        mid = len(present) // 2
+        out[k] = (None if not present else present[mid] if len(present) % 2
+                  else (present[mid - 1] + present[mid]) / 2)
     return out
 
 

@@ -811,12 +811,12 @@ TEST(GlooCollectivePaths, ACollectiveNobodyWaitsForYetStillRuns) {
             EXPECT_TRUE(second->Wait(absl::Seconds(5)).ok());  // shorter than the communicator's
             done.Notify();
           }
-          EXPECT_TRUE(first->Wait(absl::Seconds(10)).ok());
-          EXPECT_TRUE(second->Wait(absl::Seconds(10)).ok());
+          EXPECT_TRUE(first->Wait(absl::Seconds(30)).ok());
+          EXPECT_TRUE(second->Wait(absl::Seconds(30)).ok());
           EXPECT_EQ(std::count(a.begin(), a.end(), 2.0f), n);
           EXPECT_EQ(std::count(b.begin(), b.end(), 4.0f), n);
         },
-        absl::Seconds(10));
+        absl::Seconds(30));
   }
 }
 
@@ -828,14 +828,15 @@ TEST(GlooCollectivePaths, AWaiterForACollectiveTheCollectiveThreadRunsDoesNotBlo
       2,
       [&](int64_t r, Communicator& c) {
         std::vector<float> data(static_cast<size_t>(n), 1.0f);
-        if (r == 1) absl::SleepFor(absl::Milliseconds(100));
+        if (r == 1) absl::SleepFor(absl::Seconds(1));
         auto work = c.AllReduce(data.data(), n, DType::kFloat32);
-        // Rank 0's collective thread takes it (no caller within 200 us) and waits in it for rank 1.
-        if (r == 0) absl::SleepFor(absl::Milliseconds(20));
-        EXPECT_TRUE(work->Wait(absl::Seconds(10)).ok());
+        // Rank 0's collective thread takes it (no caller within 200 us; 300 ms leave a loaded
+        // machine room) and waits in it for rank 1.
+        if (r == 0) absl::SleepFor(absl::Milliseconds(300));
+        EXPECT_TRUE(work->Wait(absl::Seconds(30)).ok());
         EXPECT_EQ(std::count(data.begin(), data.end(), 2.0f), n);
       },
-      absl::Seconds(10));
+      absl::Seconds(30));
 }
 
 }  // namespace
