@@ -148,6 +148,9 @@ class GlooCommunicator final : public Communicator {
   // One ring: one part sent from its buffer, or several packed into one message per step.
   void RingReduceScatterOnce(const std::vector<RingPart>& parts, DType dtype);
   void RingAllGatherOnce(const std::vector<RingPart>& parts);
+  // A broadcast of `bytes` at `data` from `root` along the ring: each rank receives it from its
+  // predecessor and forwards it to its successor, piece by piece.
+  void ChainBroadcast(char* data, size_t bytes, int64_t root);
   // An all-gather of parts each received into place, as messages of their own all in flight.
   void RingAllGatherInPlace(const std::vector<RingPart>& parts);
   // Frees staging buffers grown beyond what is kept between collectives.

@@ -12,7 +12,7 @@ namespace {
 // How many of its last collectives a rank remembers, to name one a late lead describes.
 constexpr size_t kRemembered = 8;
 
-constexpr uint64_t kMagic = 0x356461654c646f72;  // "rodLead5", a lead of this wire version
+constexpr uint64_t kMagic = 0x366461654c646f72;  // "rodLead6", a lead of this wire version
 
 struct WireLead {
   uint64_t magic = kMagic;
@@ -156,13 +156,15 @@ void LeadExchange::Close() {
 }
 
 bool LeadExchange::Sends(int from, int to, const CollectiveDescriptor& d) const {
-  // Only a broadcast that goes inline is sparse: its data comes in the root's lead, which every
-  // receiver checks. A larger one goes through Gloo's binomial tree, where a rank's data comes from
-  // its tree parent, whose lead a sparse receiver would never see (a parent on another root's
-  // tree would send a longer message than the receive posted, and Gloo aborts the process).
+  // Only a broadcast that goes inline or along the chain is sparse: its data comes in the root's
+  // lead or from the predecessor, whose leads every receiver checks. A larger one goes through
+  // Gloo's binomial tree, where a rank's data comes from its tree parent, whose lead a sparse
+  // receiver would never see (a parent on another root's tree would send a longer message than
+  // the receive posted, and Gloo aborts the process).
   if (!all_to_all_ || d.kind != CollectiveKind::kBroadcast || d.root < 0 || d.root >= world_size_ ||
       from == d.root || d.count < 0 ||
-      !CarriesInline(static_cast<size_t>(d.count) * static_cast<size_t>(DTypeBytes(d.dtype)))) {
+      RouteOf(static_cast<size_t>(d.count) * static_cast<size_t>(DTypeBytes(d.dtype))) ==
+          BroadcastRoute::kTree) {
     return true;
   }
   return to == (from + 1) % world_size_;

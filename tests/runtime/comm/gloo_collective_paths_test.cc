@@ -565,11 +565,12 @@ TEST(GlooCollectivePaths, ALargeBroadcastReceiverExpectingLessIsNamedNotAborted)
               HasSubstr(absl::StrCat("rank 2 called #1 broadcast(fp32 x ", 2 * kInlineFloats - 1)));
 }
 
-// A broadcast too large to go inline, from every root (Gloo's tree differs with the root).
+// A broadcast too large to go inline, from every root (Gloo's tree differs with the root; the
+// chain at 3-4 ranks starts at it), in one piece of the chain and in several with a short last one.
 TEST(GlooCollectivePaths, ALargeBroadcastReachesEveryRankFromEveryRoot) {
   const int64_t piece_floats = (int64_t{256} << 10) / 4;
   for (int64_t world : {2, 3, 4}) {
-    for (int64_t count : {piece_floats, 3 * piece_floats + 5}) {
+    for (int64_t count : {piece_floats, 3 * piece_floats + 5, 20 * piece_floats + 3}) {
       SCOPED_TRACE(testing::Message() << "world " << world << ", " << count << " floats");
       OnRanks(world, [&](int64_t r, Communicator& c) {
         std::vector<float> data(static_cast<size_t>(count));
@@ -580,6 +581,10 @@ TEST(GlooCollectivePaths, ALargeBroadcastReachesEveryRankFromEveryRoot) {
           ASSERT_TRUE(s.ok()) << s;
           for (int64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], Value(root, i)) << i;
         }
+        // From every root in turn: a tree's root counts the buffer once per other rank, a chain's
+        // rank once per root but the one it precedes; either way (world - 1) buffers.
+        EXPECT_EQ(c.BytesSent()["broadcast"], (world - 1) * count * 4);
+        EXPECT_EQ(c.BytesReceived()["broadcast"], (world - 1) * count * 4);
       });
     }
   }
@@ -638,6 +643,33 @@ TEST(GlooCollectivePaths, LargeBroadcastsFromTwoRootsOfTwoSizesAreNamedNotAborte
     named |= absl::StrContains(st.message(), "collective mismatch");
   }
   EXPECT_TRUE(named) << status[6];
+}
+
+// The same at 4 ranks, where a large broadcast goes along the chain with sparse leads: a rank
+// takes its data from its predecessor only after checking the predecessor's lead, so ranks on two
+// roots and two sizes are named, and no process is aborted.
+TEST(GlooCollectivePaths, ChainBroadcastsFromTwoRootsOfTwoSizesAreNamedNotAborted) {
+  const int64_t small = 2 * kInlineFloats, large = 4 * kInlineFloats;
+  for (const auto& odd_ranks : {std::vector<int64_t>{1, 2}, std::vector<int64_t>{2, 3}}) {
+    std::vector<absl::Status> status(4);
+    OnRanks(
+        4,
+        [&](int64_t r, Communicator& c) {
+          std::vector<float> data(static_cast<size_t>(large), 1.0f);
+          const bool odd = std::count(odd_ranks.begin(), odd_ranks.end(), r) > 0;
+          status[static_cast<size_t>(r)] =
+              c.Broadcast(data.data(), odd ? large : small, DType::kFloat32, odd ? 2 : 0)
+                  ->Wait(absl::Seconds(20));
+        },
+        absl::Seconds(20));
+    bool named = false;
+    for (const absl::Status& st : status) {
+      EXPECT_FALSE(st.ok());
+      named |= absl::StrContains(st.message(), "collective mismatch");
+    }
+    EXPECT_TRUE(named) << status[0] << " / " << status[1] << " / " << status[2] << " / "
+                       << status[3];
+  }
 }
 
 TEST(GlooCollectivePaths, ABroadcastFromARankOutsideTheWorldFailsNamingIt) {
