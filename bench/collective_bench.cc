@@ -369,16 +369,20 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
       const bool one_by_one = op.grouped && std::string(op.name).ends_with("separately");
       const int64_t per_peer =
           (op.chunked ? size / world : size) / (one_by_one ? group_buffers : 1);
-      const bool inline_path =
-          world <= options.lead_all_to_all_max_world &&
-          static_cast<size_t>(per_peer) <= comm::internal::LeadExchange::kMaxInlineBytes;
+      using Exchange = comm::internal::LeadExchange;
+      const bool inline_path = world <= options.lead_all_to_all_max_world &&
+                               static_cast<size_t>(per_peer) <= Exchange::kMaxInlineBytes;
+      // A broadcast along the chain has sparse leads: no lead exchange (barrier) of its own.
+      const bool chain = !inline_path && std::string(op.name) == "broadcast" &&
+                         world >= Exchange::kMinChainWorld && world <= Exchange::kMaxChainWorld;
       if (rank == 0) {
         std::printf(
             "{\"kind\": \"collective\", \"impl\": \"zerod\", \"op\": \"%s\", \"world\": %lld, "
-            "\"bytes\": %lld, \"time_us\": %.1f, \"inline\": %s, \"lead_share\": %.3f, "
-            "\"buffers\": %lld}\n",
+            "\"bytes\": %lld, \"time_us\": %.1f, \"inline\": %s, \"chain\": %s, "
+            "\"lead_share\": %.3f, \"buffers\": %lld}\n",
             op.name, static_cast<long long>(world), static_cast<long long>(size), t * 1e6,
-            inline_path ? "true" : "false", inline_path ? 0.0 : lead / t,
+            inline_path ? "true" : "false", chain ? "true" : "false",
+            inline_path || chain ? 0.0 : lead / t,
             static_cast<long long>(op.grouped ? group_buffers : 1));
         std::fflush(stdout);
       }

@@ -3,7 +3,8 @@
 
 Per world size: for each op and size, zerod's time beside torch gloo's and their ratio, zerod's
 bus bandwidth (what each rank moves, per second) against the loopback bandwidth measured in the
-same run, and the share of the order check (the lead exchange) in zerod's time. Then the aims of
+same run, and the share of the order check (the lead exchange) in zerod's time ("inline": carried
+in the data's own message; "chain": a chain broadcast's sparse leads, no exchange of their own). Then the aims of
 issue 15: every collective at most torch's time, and 4 KiB within 1.5x the loopback round trip;
 beside the latter, each world's 4 KiB against the bare exchange of 4 KiB among as many processes
 (what one inline exchange cannot beat here, where more processes than cores share the machine).
@@ -87,7 +88,7 @@ def main():
                 ratio = f"{zt / tt:.2f}" if tt else "n/a"
                 bus = moved_per_rank(op, world, size) / (zt * 1e-6) / 1e9
                 of_link = f"{bus / bandwidth:.2f}" if bandwidth else "-"
-                share = ("inline" if z.get("inline")
+                share = ("inline" if z.get("inline") else "chain" if z.get("chain")
                          else f"{leads.get(('zerod', world), 0) / zt:.0%}")
                 print(f"{op:<15}{size_name(size):>9}{zt:>11.1f}"
                       f"{(f'{tt:.1f}' if tt else 'n/a'):>11}{ratio:>9}{bus:>12.2f}{of_link:>13}"
