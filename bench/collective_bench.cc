@@ -50,6 +50,17 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Per-iteration times in microseconds, `ranks` runs of equal length end to end: an iteration takes
+// what its slowest rank took, and the median iteration counts (in microseconds).
+double MedianOfSlowest(const std::vector<float>& times, size_t ranks) {
+  const size_t n = times.size() / ranks;
+  std::vector<double> slowest(n, 0.0);
+  for (size_t r = 0; r < ranks; ++r) {
+    for (size_t i = 0; i < n; ++i) slowest[i] = std::max(slowest[i], double{times[r * n + i]});
+  }
+  return Median(slowest);
+}
+
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "collective_bench: %s\n", what.c_str());
   _exit(1);
@@ -215,17 +226,16 @@ void MeasureExchange(int64_t world) {
       if (fd >= 0) close(fd);
     }
   }
-  std::vector<double> slowest(kIterations, 0.0);
-  std::vector<float> times(kIterations);
+  std::vector<float> times(w * kIterations);
   for (size_t r = 0; r < w; ++r) {
-    ReadAll(results[r], reinterpret_cast<char*>(times.data()), times.size() * sizeof(float));
+    ReadAll(results[r], reinterpret_cast<char*>(times.data() + r * kIterations),
+            kIterations * sizeof(float));
     close(results[r]);
     waitpid(pids[r], nullptr, 0);
-    for (size_t i = 0; i < times.size(); ++i) slowest[i] = std::max(slowest[i], double{times[i]});
   }
   std::printf(
       "{\"kind\": \"loopback_exchange\", \"world\": %lld, \"bytes\": %zu, \"time_us\": %.1f}\n",
-      static_cast<long long>(world), kBytes, Median(slowest));
+      static_cast<long long>(world), kBytes, MedianOfSlowest(times, w));
   std::fflush(stdout);
 }
 
@@ -332,14 +342,7 @@ double TimeIt(comm::Communicator& c, double min_time, const std::function<void()
         static_cast<float>(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
   Check(c.AllGather(times.data(), n, DType::kFloat32)->Wait(absl::Seconds(120)), "all_gather");
-  std::vector<double> slowest(static_cast<size_t>(n), 0.0);
-  for (int64_t r = 0; r < c.world_size(); ++r) {
-    for (int64_t i = 0; i < n; ++i) {
-      slowest[static_cast<size_t>(i)] =
-          std::max(slowest[static_cast<size_t>(i)], double{times[static_cast<size_t>(r * n + i)]});
-    }
-  }
-  return Median(slowest) * 1e-6;
+  return MedianOfSlowest(times, static_cast<size_t>(c.world_size())) * 1e-6;
 }
 
 void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
@@ -373,8 +376,10 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
       const bool inline_path = world <= options.lead_all_to_all_max_world &&
                                static_cast<size_t>(per_peer) <= Exchange::kMaxInlineBytes;
       // A broadcast along the chain has sparse leads: no lead exchange (barrier) of its own.
-      const bool chain = !inline_path && std::string(op.name) == "broadcast" &&
-                         world >= Exchange::kMinChainWorld && world <= Exchange::kMaxChainWorld;
+      const bool chain = std::string(op.name) == "broadcast" &&
+                         Exchange::RouteOf(static_cast<size_t>(per_peer), world,
+                                           world <= options.lead_all_to_all_max_world) ==
+                             Exchange::BroadcastRoute::kChain;
       if (rank == 0) {
         std::printf(
             "{\"kind\": \"collective\", \"impl\": \"zerod\", \"op\": \"%s\", \"world\": %lld, "
@@ -456,8 +461,10 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> sizes = ParseList(sizes_text, true);
   if (!no_loopback) MeasureLoopback();
   for (int64_t world : worlds) {
-    // Up to 16 ranks (the inline collectives' limit): the parent holds every pair's sockets.
-    if (!no_loopback && world > 1 && world <= 16) MeasureExchange(world);
+    // Up to the inline collectives' limit: the parent holds every pair's sockets.
+    if (!no_loopback && world > 1 && world <= comm::GlooOptions{}.lead_all_to_all_max_world) {
+      MeasureExchange(world);
+    }
     std::string dir = (std::filesystem::temp_directory_path() / "collective_bench_XXXXXX").string();
     if (mkdtemp(dir.data()) == nullptr) Die("cannot make a temporary directory");
     std::vector<pid_t> ranks;

@@ -166,10 +166,8 @@ GlooCommunicator::~GlooCommunicator() {
     // closed; it still touches this object until then.
     mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !executing_; });
   }
-  {
-    MutexLock lock(&loop_mu_);
-    loop_stop_ = true;
-  }
+  // The collective thread finds stopping_ at its next look (the queue is empty: Abort took it).
+  WakeLoop(true);
   thread_.join();
 }
 
@@ -209,7 +207,7 @@ void GlooCommunicator::Loop() {
     {
       MutexLock lock(&loop_mu_);
       const auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_mu_) {
-        return loop_stop_ || loop_wakes_ != seen;
+        return loop_wakes_ != seen;
       };
       if (look_at) {
         loop_mu_.AwaitWithTimeout(woken,
@@ -883,7 +881,7 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
   const bool chain = route == internal::LeadExchange::BroadcastRoute::kChain;
   // Along the chain each rank but the root's predecessor sends the buffer once, to its successor;
   // otherwise the root sends it to every other rank (inline), or is counted as if it did (tree).
-  const bool sends_once = chain && world_size_ > 1 && (rank_ + 1) % world_size_ != root;
+  const bool sends_once = chain && (rank_ + 1) % world_size_ != root;
   const int64_t sent = chain ? (sends_once ? bytes : 0) : is_root ? (world_size_ - 1) * bytes : 0;
   return Enqueue("broadcast", sent, is_root ? 0 : bytes,
                  [this, data, count, dtype, bytes, root, is_root, direct, chain] {

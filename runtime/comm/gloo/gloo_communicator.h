@@ -56,7 +56,7 @@ struct GlooOptions {
   // An all-reduce too large to go inline and at most this large runs as this communicator's ring
   // reduce-scatter then all-gather; a larger one runs Gloo's ring all-reduce. Every rank must be
   // given the same value (the leads check it). Every size by default: collective_bench measured
-  // the split as fast as Gloo's at 4 MiB and faster from 8 MiB up (0.67-0.93x at 2-4 ranks, three
+  // the split as fast as Gloo's at 4 MiB and faster from 8 MiB up (0.67-0.99x at 2-4 ranks, three
   // alternating runs; docs/ARCHITECTURE.md, "The order check rides in each collective's first
   // message"); 0 turns it off.
   int64_t split_all_reduce_max_bytes = std::numeric_limits<int64_t>::max();
@@ -202,7 +202,6 @@ class GlooCommunicator final : public Communicator {
   // The collective thread's wake-ups, apart from mu_ so that its releases do not wake it.
   Mutex loop_mu_ ABSL_ACQUIRED_AFTER(mu_);
   int64_t loop_wakes_ ABSL_GUARDED_BY(loop_mu_) = 0;
-  bool loop_stop_ ABSL_GUARDED_BY(loop_mu_) = false;
   // True while the collective thread is sure to look at the queue without a wake-up.
   std::atomic<bool> loop_armed_{false};
   std::thread thread_;

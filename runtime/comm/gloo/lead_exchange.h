@@ -117,11 +117,14 @@ class LeadExchange {
   // would add up for buffers of a few pieces.
   enum class BroadcastRoute { kInline, kChain, kTree };
   static constexpr int64_t kMinChainWorld = 3, kMaxChainWorld = 4;
-  BroadcastRoute RouteOf(size_t bytes) const {
-    if (!all_to_all_) return BroadcastRoute::kTree;
+  BroadcastRoute RouteOf(size_t bytes) const { return RouteOf(bytes, world_size_, all_to_all_); }
+  // The same rule for a world of `world_size` ranks, with or without all-to-all leads (for
+  // collective_bench, which has no LeadExchange).
+  static BroadcastRoute RouteOf(size_t bytes, int64_t world_size, bool all_to_all) {
+    if (!all_to_all) return BroadcastRoute::kTree;
     if (bytes <= kMaxInlineBytes) return BroadcastRoute::kInline;
-    return world_size_ >= kMinChainWorld && world_size_ <= kMaxChainWorld ? BroadcastRoute::kChain
-                                                                          : BroadcastRoute::kTree;
+    return world_size >= kMinChainWorld && world_size <= kMaxChainWorld ? BroadcastRoute::kChain
+                                                                        : BroadcastRoute::kTree;
   }
   // Ranks this rank exchanges leads with, ascending.
   const std::vector<int>& peers() const { return peers_; }
