@@ -373,13 +373,14 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
       const int64_t per_peer =
           (op.chunked ? size / world : size) / (one_by_one ? group_buffers : 1);
       using Exchange = comm::internal::LeadExchange;
-      const bool inline_path = world <= options.lead_all_to_all_max_world &&
-                               static_cast<size_t>(per_peer) <= Exchange::kMaxInlineBytes;
+      const bool all_to_all = world <= options.lead_all_to_all_max_world;
+      const bool broadcast = std::string(op.name) == "broadcast";
+      const auto route = Exchange::RouteOf(static_cast<size_t>(per_peer), world, all_to_all);
+      const bool inline_path =
+          broadcast ? route == Exchange::BroadcastRoute::kInline
+                    : all_to_all && static_cast<size_t>(per_peer) <= Exchange::kMaxInlineBytes;
       // A broadcast along the chain has sparse leads: no lead exchange (barrier) of its own.
-      const bool chain = std::string(op.name) == "broadcast" &&
-                         Exchange::RouteOf(static_cast<size_t>(per_peer), world,
-                                           world <= options.lead_all_to_all_max_world) ==
-                             Exchange::BroadcastRoute::kChain;
+      const bool chain = broadcast && route == Exchange::BroadcastRoute::kChain;
       if (rank == 0) {
         std::printf(
             "{\"kind\": \"collective\", \"impl\": \"zerod\", \"op\": \"%s\", \"world\": %lld, "

@@ -129,9 +129,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     if (world_size > 1) {
       const std::vector<int> peers =
           internal::LeadExchange::PeersOf(rank, world_size, LeadOptionsOf(options));
-      auto connected =
-          internal::LeadMesh::Connect(*store, "zerod_leads/", rank, peers, options.hostname,
-                                      internal::LeadExchange::MaxLeadBytes(), options.timeout);
+      auto connected = internal::LeadMesh::Connect(
+          *store, "zerod_leads/", rank, peers, options.hostname,
+          internal::LeadExchange::MaxLeadBytes(world_size), options.timeout);
       if (!connected.ok()) {
         return absl::UnavailableError(
             absl::StrCat("gloo: rank ", rank, " of ", world_size,

@@ -12,7 +12,7 @@ namespace {
 // How many of its last collectives a rank remembers, to name one a late lead describes.
 constexpr size_t kRemembered = 8;
 
-constexpr uint64_t kMagic = 0x366461654c646f72;  // "rodLead6", a lead of this wire version
+constexpr uint64_t kMagic = 0x376461654c646f72;  // "rodLead7", a lead of this wire version
 
 struct WireLead {
   uint64_t magic = kMagic;
@@ -113,7 +113,10 @@ struct LeadExchange::Peer {
   size_t payload_bytes = 0;  // of the lead held
 };
 
-size_t LeadExchange::MaxLeadBytes() { return sizeof(WireLead) + kMaxInlineBytes; }
+size_t LeadExchange::MaxLeadBytes(int64_t world_size) {
+  return sizeof(WireLead) +
+         std::max(kMaxInlineBytes, MaxInlineBytes(CollectiveKind::kBroadcast, world_size));
+}
 
 std::vector<int> LeadExchange::PeersOf(int64_t rank, int64_t world_size,
                                        const LeadOptions& options) {
@@ -247,7 +250,7 @@ void LeadExchange::Exchange(const CollectiveDescriptor& mine, const PayloadFor& 
     if (!Sends(me, p->rank, mine)) continue;
     std::pair<const void*, size_t> data{nullptr, 0};
     if (payload) data = payload(p->rank);
-    if (data.second > 0 && (!all_to_all_ || data.second > kMaxInlineBytes)) {
+    if (data.second > 0 && (!all_to_all_ || data.second > MaxInlineBytes(mine.kind, world_size_))) {
       throw std::logic_error(absl::StrCat("lead payload of ", data.second, " bytes does not fit (",
                                           Describe(mine), ")"));
     }

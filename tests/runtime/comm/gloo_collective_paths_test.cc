@@ -565,8 +565,9 @@ TEST(GlooCollectivePaths, ALargeBroadcastReceiverExpectingLessIsNamedNotAborted)
               HasSubstr(absl::StrCat("rank 2 called #1 broadcast(fp32 x ", 2 * kInlineFloats - 1)));
 }
 
-// A broadcast too large to go inline, from every root (Gloo's tree differs with the root; the
-// chain at 3-4 ranks starts at it), in one piece of the chain and in several with a short last one.
+// A broadcast too large to go inline (at 2 ranks, where that is 2 MiB, all but the largest do),
+// from every root (Gloo's tree differs with the root; the chain at 3-4 ranks starts at it), in one
+// piece of the chain and in several with a short last one.
 TEST(GlooCollectivePaths, ALargeBroadcastReachesEveryRankFromEveryRoot) {
   const int64_t piece_floats = (int64_t{256} << 10) / 4;
   for (int64_t world : {2, 3, 4}) {
@@ -618,6 +619,59 @@ TEST(GlooCollectivePaths, ALargeBroadcastWithAnotherCountOnAnyRankIsNamedNotAbor
                          << status[3];
       EXPECT_FALSE(status[static_cast<size_t>(odd)].ok());
     }
+  }
+}
+
+// At 2 ranks a broadcast up to kMaxInlineBroadcastBytesAtTwo travels in the root's lead (a frame
+// 32x a lead's usual limit), one float more through Gloo: both reach the receiver from either root,
+// and are counted.
+TEST(GlooCollectivePaths, AtTwoRanksABroadcastAtAndOverTheInlineLimitReachesTheReceiver) {
+  constexpr int64_t kLimitFloats = internal::LeadExchange::kMaxInlineBroadcastBytesAtTwo / 4;
+  static_assert(kLimitFloats > kInlineFloats);
+  for (int64_t count : {kInlineFloats + 1, kLimitFloats, kLimitFloats + 1}) {
+    SCOPED_TRACE(testing::Message() << count << " floats");
+    OnRanks(2, [&](int64_t r, Communicator& c) {
+      std::vector<float> data(static_cast<size_t>(count));
+      for (int64_t root : {0, 1, 1, 0}) {
+        for (int64_t i = 0; i < count; ++i) data[i] = Value(r, i);
+        const absl::Status s =
+            c.Broadcast(data.data(), count, DType::kFloat32, root)->Wait(absl::Seconds(30));
+        ASSERT_TRUE(s.ok()) << s;
+        for (int64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], Value(root, i)) << i;
+      }
+      EXPECT_EQ(c.BytesSent()["broadcast"], 2 * count * 4);
+      EXPECT_EQ(c.BytesReceived()["broadcast"], 2 * count * 4);
+    });
+  }
+}
+
+// At 2 ranks, a receiver given another count than the inline root's, or a receiver that thinks it
+// is the root too, is named on some rank; neither rank is aborted or left waiting.
+TEST(GlooCollectivePaths, AtTwoRanksAnInlineBroadcastMismatchIsNamedNotAborted) {
+  constexpr int64_t kLimitFloats = internal::LeadExchange::kMaxInlineBroadcastBytesAtTwo / 4;
+  const int64_t count = kLimitFloats / 2 + 3;
+  struct Case {
+    int64_t other_count;  // rank 1's
+    int64_t other_root;   // rank 1's
+  };
+  for (const Case& k : {Case{count - 7, 0}, Case{count + 7, 0}, Case{kLimitFloats + 1, 0},
+                        Case{count, 1}, Case{2 * kLimitFloats, 1}}) {
+    SCOPED_TRACE(testing::Message() << "rank 1: " << k.other_count << " from " << k.other_root);
+    std::vector<absl::Status> status(2);
+    OnRanks(
+        2,
+        [&](int64_t r, Communicator& c) {
+          std::vector<float> data(static_cast<size_t>(2 * kLimitFloats), 1.0f);
+          status[static_cast<size_t>(r)] = c.Broadcast(data.data(), r == 1 ? k.other_count : count,
+                                                       DType::kFloat32, r == 1 ? k.other_root : 0)
+                                               ->Wait(absl::Seconds(20));
+        },
+        absl::Seconds(20));
+    EXPECT_FALSE(status[0].ok());
+    EXPECT_FALSE(status[1].ok());
+    EXPECT_TRUE(absl::StrContains(status[0].message(), "collective mismatch") ||
+                absl::StrContains(status[1].message(), "collective mismatch"))
+        << status[0] << " / " << status[1];
   }
 }
 

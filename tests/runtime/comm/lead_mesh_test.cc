@@ -89,6 +89,34 @@ TEST(LeadMesh, FramesArriveInOrderWhileEveryRankWritesFirst) {
   });
 }
 
+// Frames longer than 16 KiB that are not all in when their length is read skip the inbox and are
+// read into storage of their own (then that storage is reused, larger or smaller): every size
+// around that cut, mixed with short ones, both ranks writing first, arrives whole and in order.
+TEST(LeadMesh, FramesOfEverySizeAroundTheDirectReadArriveWholeAndInOrder) {
+  const size_t cut = size_t{16} << 10;
+  const std::vector<size_t> sizes = {
+      0,         1, cut - 1,       cut,     cut + 1, 7,       cut + 9,       100,           40000,
+      kMaxFrame, 3, kMaxFrame - 1, cut + 1, 0,       2 * cut, kMaxFrame / 2, kMaxFrame - 5, 64};
+  const int rounds = 20;
+  OnMesh(2, [&](int r, LeadMesh& mesh) {
+    const int peer = 1 - r;
+    for (int i = 0; i < rounds; ++i) {
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        Send(mesh, peer, Frame(r, peer, i * 100 + static_cast<int>(k), sizes[k]));
+      }
+    }
+    std::vector<char> got;
+    for (int i = 0; i < rounds; ++i) {
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        mesh.Receive(peer, got, kLong);
+        ASSERT_EQ(got, Frame(peer, r, i * 100 + static_cast<int>(k), sizes[k]))
+            << "round " << i << ", frame of " << sizes[k] << " bytes";
+      }
+    }
+    mesh.Flush(kLong);
+  });
+}
+
 TEST(LeadMesh, StrayConnectionsAreDroppedAndThePeersStillConnect) {
   InMemoryStore store;
   std::thread rank0([&] {
