@@ -41,6 +41,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -90,19 +91,28 @@ class LeadExchange {
  public:
   // The most data a lead carries to one peer.
   static constexpr size_t kMaxInlineBytes = size_t{64} << 10;
-  // The most a broadcast carries in its root's lead at 2 ranks. There the tree is one Gloo message
-  // the root sends only once the receiver says its receive is posted, which it does only after
-  // checking the root's lead: two one-way trips before the data leaves. Inline, the data follows
-  // the lead in the same write, and the receiver copies it once out of the frame (LeadMesh reads a
-  // long frame straight into its own storage). collective_bench, three alternating runs against
-  // the tree: 0.5-0.8x from 128 KiB to 1 MiB, 0.8-0.9x at 2-3 MiB, 1.3x at 4 MiB (where the
-  // frame outgrows a loopback socket's send buffer, 4 MiB by default, and waits in the outbox).
-  static constexpr size_t kMaxInlineBroadcastBytesAtTwo = size_t{2} << 20;
+  // The most a broadcast carries in its root's lead (to each other rank) in a world of
+  // `world_size` ranks; more goes along the chain or Gloo's tree (RouteOf).
+  //  - At 2 ranks the tree is one Gloo message the root sends only once the receiver says its
+  //    receive is posted, which it does only after checking the root's lead: two one-way trips
+  //    before the data leaves. Inline, the data follows the lead in the same write, and the
+  //    receiver copies it once out of the frame (LeadMesh reads a long frame straight into its
+  //    own storage). collective_bench, three alternating runs against the tree: 0.5-0.8x from
+  //    128 KiB to 1 MiB, 0.8-0.9x at 2-3 MiB, 1.3x at 4 MiB (the frame outgrows a loopback
+  //    socket's send buffer, 4 MiB by default, and waits in the outbox).
+  //  - At 3 and 4 ranks the root writes the buffer once per rank, where along the chain each rank
+  //    writes it once: against the chain, inline measured 0.8x at 128 KiB and 0.9x at 256 KiB at
+  //    3 ranks, 1.3x at 512 KiB; at 4 ranks 0.85x at 128 KiB, 1.1x at 256 KiB.
+  static constexpr size_t kMaxInlineBroadcastBytes[] = {0, 0, size_t{2} << 20, size_t{256} << 10,
+                                                        size_t{128} << 10};
   // The most data a lead of `kind` carries to one peer in a world of `world_size` ranks (with
   // all-to-all leads).
   static size_t MaxInlineBytes(CollectiveKind kind, int64_t world_size) {
-    return kind == CollectiveKind::kBroadcast && world_size == 2 ? kMaxInlineBroadcastBytesAtTwo
-                                                                 : kMaxInlineBytes;
+    if (kind == CollectiveKind::kBroadcast && world_size >= 2 &&
+        world_size < static_cast<int64_t>(std::size(kMaxInlineBroadcastBytes))) {
+      return kMaxInlineBroadcastBytes[world_size];
+    }
+    return kMaxInlineBytes;
   }
 
   // The longest frame a lead takes on the mesh of a world of `world_size` ranks.
@@ -123,12 +133,12 @@ class LeadExchange {
   bool CarriesInline(size_t bytes_per_peer) const {
     return all_to_all_ && bytes_per_peer <= kMaxInlineBytes;
   }
-  // How a broadcast of `bytes` travels: in the root's lead, along the ring from the root (each
-  // rank forwards what its predecessor sent, in pieces), or through Gloo's binomial tree. The
-  // first two have sparse leads (no barrier), so only with all-to-all leads (a rank must hear from
-  // the root). The chain at 3-4 ranks only, where collective_bench measured it at 0.79-0.96x the
-  // tree's time (with its barrier) from 128 KiB to 64 MiB; at 2 ranks the root waits for its
-  // predecessor's lead anyway and the tree is one message, and beyond 4 ranks a chain's hops
+  // How a broadcast of `bytes` travels: in the root's lead (up to MaxInlineBytes), along the ring
+  // from the root (each rank forwards what its predecessor sent, in pieces), or through Gloo's
+  // binomial tree. The first two have sparse leads (no barrier), so only with all-to-all leads (a
+  // rank must hear from the root). The chain at 3-4 ranks only, where collective_bench measured
+  // it at 0.79-0.96x the tree's time (with its barrier) from 128 KiB to 64 MiB; at 2 ranks the
+  // tree is one message (inline up to 2 MiB, then Gloo's), and beyond 4 ranks a chain's hops
   // would add up for buffers of a few pieces.
   enum class BroadcastRoute { kInline, kChain, kTree };
   static constexpr int64_t kMinChainWorld = 3, kMaxChainWorld = 4;

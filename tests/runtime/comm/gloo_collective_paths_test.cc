@@ -565,6 +565,28 @@ TEST(GlooCollectivePaths, ALargeBroadcastReceiverExpectingLessIsNamedNotAborted)
               HasSubstr(absl::StrCat("rank 2 called #1 broadcast(fp32 x ", 2 * kInlineFloats - 1)));
 }
 
+// `world` ranks broadcast `count` floats from every root in turn, `rounds` times over: each gets
+// the root's values, and each counts (world - 1) buffers sent and received per root (the root
+// sends to every other rank inline or through the tree; along the chain each rank sends once, but
+// the root's predecessor).
+void ExpectBroadcastsFromEveryRoot(int64_t world, int64_t count, int rounds) {
+  SCOPED_TRACE(testing::Message() << "world " << world << ", " << count << " floats");
+  OnRanks(world, [&](int64_t r, Communicator& c) {
+    std::vector<float> data(static_cast<size_t>(count));
+    for (int round = 0; round < rounds; ++round) {
+      for (int64_t root = 0; root < world; ++root) {
+        for (int64_t i = 0; i < count; ++i) data[i] = Value(r, i);
+        const absl::Status s =
+            c.Broadcast(data.data(), count, DType::kFloat32, root)->Wait(absl::Seconds(30));
+        ASSERT_TRUE(s.ok()) << s;
+        for (int64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], Value(root, i)) << i;
+      }
+    }
+    EXPECT_EQ(c.BytesSent()["broadcast"], rounds * (world - 1) * count * 4);
+    EXPECT_EQ(c.BytesReceived()["broadcast"], rounds * (world - 1) * count * 4);
+  });
+}
+
 // A broadcast too large to go inline (at 2 ranks, where that is 2 MiB, all but the largest do),
 // from every root (Gloo's tree differs with the root; the chain at 3-4 ranks starts at it), in one
 // piece of the chain and in several with a short last one.
@@ -572,21 +594,7 @@ TEST(GlooCollectivePaths, ALargeBroadcastReachesEveryRankFromEveryRoot) {
   const int64_t piece_floats = (int64_t{256} << 10) / 4;
   for (int64_t world : {2, 3, 4}) {
     for (int64_t count : {piece_floats, 3 * piece_floats + 5, 20 * piece_floats + 3}) {
-      SCOPED_TRACE(testing::Message() << "world " << world << ", " << count << " floats");
-      OnRanks(world, [&](int64_t r, Communicator& c) {
-        std::vector<float> data(static_cast<size_t>(count));
-        for (int64_t root = 0; root < world; ++root) {
-          for (int64_t i = 0; i < count; ++i) data[i] = Value(r, i);
-          const absl::Status s =
-              c.Broadcast(data.data(), count, DType::kFloat32, root)->Wait(absl::Seconds(30));
-          ASSERT_TRUE(s.ok()) << s;
-          for (int64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], Value(root, i)) << i;
-        }
-        // From every root in turn: a tree's root counts the buffer once per other rank, a chain's
-        // rank once per root but the one it precedes; either way (world - 1) buffers.
-        EXPECT_EQ(c.BytesSent()["broadcast"], (world - 1) * count * 4);
-        EXPECT_EQ(c.BytesReceived()["broadcast"], (world - 1) * count * 4);
-      });
+      ExpectBroadcastsFromEveryRoot(world, count, 1);
     }
   }
 }
@@ -622,33 +630,24 @@ TEST(GlooCollectivePaths, ALargeBroadcastWithAnotherCountOnAnyRankIsNamedNotAbor
   }
 }
 
-// At 2 ranks a broadcast up to kMaxInlineBroadcastBytesAtTwo travels in the root's lead (a frame
-// 32x a lead's usual limit), one float more through Gloo: both reach the receiver from either root,
-// and are counted.
-TEST(GlooCollectivePaths, AtTwoRanksABroadcastAtAndOverTheInlineLimitReachesTheReceiver) {
-  constexpr int64_t kLimitFloats = internal::LeadExchange::kMaxInlineBroadcastBytesAtTwo / 4;
-  static_assert(kLimitFloats > kInlineFloats);
-  for (int64_t count : {kInlineFloats + 1, kLimitFloats, kLimitFloats + 1}) {
-    SCOPED_TRACE(testing::Message() << count << " floats");
-    OnRanks(2, [&](int64_t r, Communicator& c) {
-      std::vector<float> data(static_cast<size_t>(count));
-      for (int64_t root : {0, 1, 1, 0}) {
-        for (int64_t i = 0; i < count; ++i) data[i] = Value(r, i);
-        const absl::Status s =
-            c.Broadcast(data.data(), count, DType::kFloat32, root)->Wait(absl::Seconds(30));
-        ASSERT_TRUE(s.ok()) << s;
-        for (int64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], Value(root, i)) << i;
-      }
-      EXPECT_EQ(c.BytesSent()["broadcast"], 2 * count * 4);
-      EXPECT_EQ(c.BytesReceived()["broadcast"], 2 * count * 4);
-    });
+// A broadcast up to its world's kMaxInlineBroadcastBytes travels in the root's lead (at 2 ranks a
+// frame 32x a lead's usual limit), one float more along the chain or through Gloo's tree: both
+// reach every rank from every root, twice over, and are counted.
+TEST(GlooCollectivePaths, ABroadcastAtAndOverItsWorldsInlineLimitReachesEveryRank) {
+  for (int64_t world : {2, 3, 4}) {
+    const int64_t limit_floats = static_cast<int64_t>(
+        internal::LeadExchange::MaxInlineBytes(internal::CollectiveKind::kBroadcast, world) / 4);
+    ASSERT_GT(limit_floats, kInlineFloats);
+    for (int64_t count : {kInlineFloats + 1, limit_floats, limit_floats + 1}) {
+      ExpectBroadcastsFromEveryRoot(world, count, 2);
+    }
   }
 }
 
 // At 2 ranks, a receiver given another count than the inline root's, or a receiver that thinks it
 // is the root too, is named on some rank; neither rank is aborted or left waiting.
 TEST(GlooCollectivePaths, AtTwoRanksAnInlineBroadcastMismatchIsNamedNotAborted) {
-  constexpr int64_t kLimitFloats = internal::LeadExchange::kMaxInlineBroadcastBytesAtTwo / 4;
+  constexpr int64_t kLimitFloats = internal::LeadExchange::kMaxInlineBroadcastBytes[2] / 4;
   const int64_t count = kLimitFloats / 2 + 3;
   struct Case {
     int64_t other_count;  // rank 1's
@@ -675,19 +674,26 @@ TEST(GlooCollectivePaths, AtTwoRanksAnInlineBroadcastMismatchIsNamedNotAborted) 
   }
 }
 
-// `world` ranks broadcast too much for a lead: `odd_ranks` more from root 2, the others less from
-// root 0. Every rank fails (none is aborted), and some rank names the mismatch.
-void ExpectTwoRootsOfTwoSizesNamed(int64_t world, const std::vector<int64_t>& odd_ranks) {
-  const int64_t small = 2 * kInlineFloats, large = 4 * kInlineFloats;
+// `world` ranks broadcast: `odd_ranks` `large` floats from `odd_root`, the others `small` from
+// root 0.
+// Every rank fails (none is aborted), and some rank names the mismatch. Where both go along the
+// chain or through the tree, every rank fails that broadcast; where one view goes inline, its root
+// may finish it (it waits for its predecessor's lead alone, and its data is all in the sockets), so
+// a rank whose broadcast ended must fail its next collective.
+void ExpectTwoRootsOfTwoSizesNamed(int64_t world, const std::vector<int64_t>& odd_ranks,
+                                   int64_t odd_root, int64_t small, int64_t large,
+                                   bool one_goes_inline = false) {
   std::vector<absl::Status> status(static_cast<size_t>(world));
   OnRanks(
       world,
       [&](int64_t r, Communicator& c) {
         std::vector<float> data(static_cast<size_t>(large), 1.0f);
         const bool odd = std::count(odd_ranks.begin(), odd_ranks.end(), r) > 0;
-        status[static_cast<size_t>(r)] =
-            c.Broadcast(data.data(), odd ? large : small, DType::kFloat32, odd ? 2 : 0)
+        absl::Status s =
+            c.Broadcast(data.data(), odd ? large : small, DType::kFloat32, odd ? odd_root : 0)
                 ->Wait(absl::Seconds(20));
+        if (s.ok() && one_goes_inline) s = c.Barrier()->Wait(absl::Seconds(20));
+        status[static_cast<size_t>(r)] = s;
       },
       absl::Seconds(20));
   bool named = false;
@@ -700,18 +706,40 @@ void ExpectTwoRootsOfTwoSizesNamed(int64_t world, const std::vector<int64_t>& od
   EXPECT_TRUE(named) << all;
 }
 
+// The fewest floats of a broadcast too large to go inline in a world of `world` ranks.
+int64_t OverInlineFloats(int64_t world) {
+  return static_cast<int64_t>(
+             internal::LeadExchange::MaxInlineBytes(internal::CollectiveKind::kBroadcast, world) /
+             4) +
+         1;
+}
+
 TEST(GlooCollectivePaths, LargeBroadcastsFromTwoRootsOfTwoSizesAreNamedNotAborted) {
   // In root 0's binomial tree at 8 ranks rank 6's data comes from rank 2, whose lead a sparse
   // broadcast would never show rank 6: Gloo then aborted the process (a message longer than the
   // receive posted).
-  ExpectTwoRootsOfTwoSizesNamed(8, {1, 2});
+  ExpectTwoRootsOfTwoSizesNamed(8, {1, 2}, 2, OverInlineFloats(8), 2 * OverInlineFloats(8));
 }
 
 // At 4 ranks a large broadcast goes along the chain with sparse leads: a rank takes its data from
 // its predecessor only after checking the predecessor's lead.
 TEST(GlooCollectivePaths, ChainBroadcastsFromTwoRootsOfTwoSizesAreNamedNotAborted) {
-  ExpectTwoRootsOfTwoSizesNamed(4, {1, 2});
-  ExpectTwoRootsOfTwoSizesNamed(4, {2, 3});
+  ExpectTwoRootsOfTwoSizesNamed(4, {1, 2}, 2, OverInlineFloats(4), 2 * OverInlineFloats(4));
+  ExpectTwoRootsOfTwoSizesNamed(4, {2, 3}, 2, OverInlineFloats(4), 2 * OverInlineFloats(4));
+}
+
+// One view inline, the other along the chain (3-4 ranks) or through the tree (2 ranks).
+TEST(GlooCollectivePaths, InlineAndLargerBroadcastsFromTwoRootsAreNamedNotAborted) {
+  for (int64_t world : {2, 3, 4}) {
+    SCOPED_TRACE(testing::Message() << "world " << world);
+    const int64_t inline_floats = OverInlineFloats(world) - 1;
+    ExpectTwoRootsOfTwoSizesNamed(world, {world - 1}, world - 1, inline_floats, 2 * inline_floats,
+                                  true);
+    if (world > 2) {
+      ExpectTwoRootsOfTwoSizesNamed(world, {1, world - 1}, world - 1, inline_floats,
+                                    2 * inline_floats, true);
+    }
+  }
 }
 
 TEST(GlooCollectivePaths, ABroadcastFromARankOutsideTheWorldFailsNamingIt) {
