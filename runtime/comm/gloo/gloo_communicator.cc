@@ -436,59 +436,102 @@ void GlooCommunicator::SumInRankOrder(char* out, const char* mine, int64_t count
 
 std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DType dtype) {
   const int64_t bytes = count * DTypeBytes(dtype);
-  const bool direct = leads_.CarriesInline(static_cast<size_t>(bytes));
   // Our rings (a reduce-scatter then an all-gather) up to the measured cross-over; on 2 cores
   // they beat Gloo's ring all-reduce well beyond the inline sizes. Not when a chunk would be
   // empty (a tiny buffer in a world too large to go inline).
   const internal::Chunks chunks = internal::Chunks::Split(world_size_, count, DTypeBytes(dtype));
-  const bool split =
-      !direct && bytes <= options_.split_all_reduce_max_bytes && chunks.bytes(world_size_ - 1) > 0;
+  const bool splits =
+      bytes <= options_.split_all_reduce_max_bytes && chunks.bytes(world_size_ - 1) > 0;
+  // Split, with chunks small enough to go inline: the reduce-scatter in the all-reduce's leads,
+  // the all-gather in a second exchange. Two rounds instead of the rings' 2 (world - 1) steps,
+  // each of which waits for the previous rank; where processes outnumber cores each such wait
+  // can take a scheduler tick (the demo's stage-0 step at 4 ranks on 2 cores waited 4.0-5.3 ms for
+  // its 150 KB all-reduce, whose rings take 0.47 ms in lockstep; in two exchanges 0.9-1.4 ms).
+  const bool two_fit = splits && leads_.CarriesInline(chunks.max_bytes());
+  // In one exchange each rank sends its whole buffer to every other: (world - 2) buffers more
+  // than in two. Preferred up to kMaxOneExchangeExtraBytes of that excess (always at 2 ranks).
+  const bool direct =
+      leads_.CarriesInline(static_cast<size_t>(bytes)) &&
+      (!two_fit || (world_size_ - 2) * bytes <= static_cast<int64_t>(kMaxOneExchangeExtraBytes));
+  const bool split = !direct && splits;
+  const bool two_inline = split && two_fit;
   // Inline, each rank sends its whole buffer to every other (one exchange instead of a ring's
   // 2 (world - 1) steps); a ring sends 2 (world - 1) / world of it: split, every chunk but its
-  // own in the reduce-scatter and every one but its successor's in the all-gather.
+  // own in the reduce-scatter and every one but its successor's in the all-gather; in two
+  // exchanges, every chunk but its own, then its own to every other rank.
   const auto others = [&](int64_t a, int64_t b) {
     return 2 * bytes -
            static_cast<int64_t>(chunks.bytes(a % world_size_) + chunks.bytes(b % world_size_));
   };
+  const int64_t own_chunk = static_cast<int64_t>(chunks.bytes(rank_));
+  const int64_t two_exchanges = bytes - own_chunk + (world_size_ - 1) * own_chunk;
   const int64_t sent = world_size_ == 1 ? 0
                        : direct         ? (world_size_ - 1) * bytes
+                       : two_inline     ? two_exchanges
                        : split          ? others(rank_, rank_ + 1)
                                         : 2 * (world_size_ - 1) * bytes / world_size_;
   const int64_t received =
-      world_size_ == 1 || !split ? sent : others(rank_ + world_size_ - 1, rank_);
-  return Enqueue(
-      "all_reduce", sent, received, [this, data, count, dtype, bytes, direct, split, chunks] {
-        const auto lead = Next(internal::CollectiveKind::kAllReduce, count, dtype);
-        if (world_size_ == 1) return;
-        char* own = static_cast<char*>(data);
-        if (direct) {
-          leads_.Exchange(lead, [&](int) { return std::pair<const void*, size_t>(own, bytes); });
-          SumInRankOrder(own, own, count, dtype, 0, static_cast<size_t>(bytes));
-          leads_.Release();
-          return;
-        }
-        leads_.Exchange(lead, nullptr);
-        leads_.Release();
-        if (split) {
-          // Each chunk is summed once, on one rank, then copied: every rank gets the
-          // same bits.
-          RingReduceScatter({{own, chunks}}, dtype);
-          RingAllGather({{own, chunks}});
-          return;
-        }
-        gloo::AllreduceOptions opts(context_);
-        opts.setTimeout(Millis(options_.timeout));
-        opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-        if (dtype == DType::kFloat32) {
-          opts.setOutput(static_cast<float*>(data), static_cast<size_t>(count));
-        } else {
-          opts.setOutput(static_cast<uint16_t*>(data), static_cast<size_t>(count));
-        }
-        opts.setReduceFunction([dtype](void* c, const void* a, const void* b, size_t n) {
-          internal::ElementSum(dtype, c, a, b, n);
-        });
-        gloo::allreduce(opts);
-      });
+      world_size_ == 1 || !split || two_inline ? sent : others(rank_ + world_size_ - 1, rank_);
+  return Enqueue("all_reduce", sent, received,
+                 [this, data, count, dtype, bytes, direct, split, two_inline, chunks] {
+                   const auto lead = Next(internal::CollectiveKind::kAllReduce, count, dtype);
+                   if (world_size_ == 1) return;
+                   char* own = static_cast<char*>(data);
+                   if (direct) {
+                     leads_.Exchange(
+                         lead, [&](int) { return std::pair<const void*, size_t>(own, bytes); });
+                     SumInRankOrder(own, own, count, dtype, 0, static_cast<size_t>(bytes));
+                     leads_.Release();
+                     return;
+                   }
+                   if (two_inline) {
+                     TwoExchangeAllReduce(lead, own, chunks, dtype);
+                     return;
+                   }
+                   leads_.Exchange(lead, nullptr);
+                   leads_.Release();
+                   if (split) {
+                     // Each chunk is summed once, on one rank, then copied: every rank gets the
+                     // same bits.
+                     RingReduceScatter({{own, chunks}}, dtype);
+                     RingAllGather({{own, chunks}});
+                     return;
+                   }
+                   gloo::AllreduceOptions opts(context_);
+                   opts.setTimeout(Millis(options_.timeout));
+                   opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+                   if (dtype == DType::kFloat32) {
+                     opts.setOutput(static_cast<float*>(data), static_cast<size_t>(count));
+                   } else {
+                     opts.setOutput(static_cast<uint16_t*>(data), static_cast<size_t>(count));
+                   }
+                   opts.setReduceFunction([dtype](void* c, const void* a, const void* b, size_t n) {
+                     internal::ElementSum(dtype, c, a, b, n);
+                   });
+                   gloo::allreduce(opts);
+                 });
+}
+
+void GlooCommunicator::TwoExchangeAllReduce(const internal::CollectiveDescriptor& lead, char* own,
+                                            const internal::Chunks& chunks, DType dtype) {
+  // Each peer gets the chunk it owns and sums the world's in rank order (every rank gets the
+  // same bits), then sends the sum to every other rank.
+  leads_.Exchange(lead, [&](int peer) {
+    return std::pair<const void*, size_t>(own + chunks.offset(peer), chunks.bytes(peer));
+  });
+  char* mine = own + chunks.offset(rank_);
+  const size_t mine_bytes = chunks.bytes(rank_);
+  SumInRankOrder(mine, mine, static_cast<int64_t>(mine_bytes) / DTypeBytes(dtype), dtype, 0,
+                 mine_bytes);
+  leads_.Release();
+  internal::CollectiveDescriptor second = lead;
+  second.phase = 1;
+  leads_.Exchange(second, [&](int) { return std::pair<const void*, size_t>(mine, mine_bytes); });
+  for (int peer : leads_.peers()) {
+    std::memcpy(own + chunks.offset(peer), InlinePayload(peer, chunks.bytes(peer)),
+                chunks.bytes(peer));
+  }
+  leads_.Release();
 }
 
 namespace {

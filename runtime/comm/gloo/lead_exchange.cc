@@ -26,6 +26,7 @@ struct WireLead {
   int64_t split_all_reduce_max_bytes = 0;
   int64_t buffers = 1;
   uint64_t buffers_digest = 0;
+  int64_t phase = 0;
 };
 
 WireLead ToWire(const CollectiveDescriptor& d, size_t payload_bytes, const LeadOptions& options) {
@@ -39,13 +40,15 @@ WireLead ToWire(const CollectiveDescriptor& d, size_t payload_bytes, const LeadO
   w.root = d.root;
   w.buffers = d.buffers;
   w.buffers_digest = d.buffers_digest;
+  w.phase = d.phase;
   w.payload_bytes = static_cast<int64_t>(payload_bytes);
   return w;
 }
 
 bool SameCollective(const WireLead& a, const WireLead& b) {
   return a.sequence == b.sequence && a.kind == b.kind && a.count == b.count && a.dtype == b.dtype &&
-         a.root == b.root && a.buffers == b.buffers && a.buffers_digest == b.buffers_digest;
+         a.root == b.root && a.buffers == b.buffers && a.buffers_digest == b.buffers_digest &&
+         a.phase == b.phase;
 }
 
 std::string DescribeWire(const WireLead& w) {
@@ -62,6 +65,7 @@ std::string DescribeWire(const WireLead& w) {
   d.root = w.root;
   d.buffers = w.buffers;
   d.buffers_digest = w.buffers_digest;
+  d.phase = w.phase;
   return Describe(d);
 }
 
@@ -91,6 +95,7 @@ std::string Describe(const CollectiveDescriptor& d) {
     absl::StrAppend(&s, " in ", d.buffers, " buffers)");
   }
   if (d.kind == CollectiveKind::kBroadcast) absl::StrAppend(&s, " from rank ", d.root);
+  if (d.phase != 0) absl::StrAppend(&s, ", exchange ", d.phase + 1);
   return s;
 }
 

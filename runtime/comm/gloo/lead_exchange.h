@@ -71,6 +71,9 @@ struct CollectiveDescriptor {
   // and a digest of their chunk counts (`count` is their sum). 1 and 0 for one buffer.
   int64_t buffers = 1;
   uint64_t buffers_digest = 0;
+  // A collective in two exchanges (an all-reduce whose reduce-scatter and all-gather each go
+  // inline): 0 for the first, 1 for the second, which has the same sequence number.
+  int64_t phase = 0;
 };
 
 // The digest of a group's chunk counts, in order, as CollectiveDescriptor::buffers_digest holds it.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/comm/gloo/chunks.h"
 #include "runtime/comm/gloo/lead_exchange.h"
 #include "runtime/common/half.h"
 #include "runtime/common/mutex.h"
@@ -43,7 +44,7 @@ const Path kPaths[] = {
     {"inline", 37, 16, kGlooAllReduce},
     {"inline, largest", kInlineFloats, 16, kGlooAllReduce},
     {"ring, smallest", kInlineFloats + 1, 16, kGlooAllReduce},
-    {"ring, smallest, split all-reduce", kInlineFloats + 1, 16, kSplitAllReduce},
+    {"two exchanges (split, chunks inline), smallest", kInlineFloats + 1, 16, kSplitAllReduce},
     {"ring, uneven chunks, split all-reduce", 5 * kInlineFloats + 7, 16, kSplitAllReduce},
     {"neighbour leads", 37, 1, kGlooAllReduce},
     {"neighbour leads, large", 3 * kInlineFloats + 5, 1, kGlooAllReduce},
@@ -155,6 +156,51 @@ TEST(GlooCollectivePaths, ASplitAllReduceCountsTheChunksItSends) {
         EXPECT_EQ(c.BytesReceived()["all_reduce"], 2 * 116 - chunk[(r + 2) % 3] - chunk[r]);
       },
       absl::Seconds(30), -1, split);
+}
+
+// An all-reduce whose chunks go inline, too large to go inline whole or sending much more that
+// way (at 3 and 4 ranks from 64 KiB: kMaxOneExchangeExtraBytes): its reduce-scatter goes in the
+// leads, its all-gather in a second exchange. At every world, the largest such (chunks of exactly
+// kInlineFloats), one float more (rings), uneven chunks, and 64 KiB (one exchange at 2 ranks):
+// every rank gets the rank-order sum bit for bit (each chunk summed once, by its owner, in rank
+// order), and counts what it moved: every chunk but its own, then its own to every other rank.
+TEST(GlooCollectivePaths, AnAllReduceInTwoExchangesSumsInRankOrderAndCountsItsChunks) {
+  for (int64_t world : {2, 3, 4}) {
+    const std::pair<int64_t, bool> cases[] = {{world * kInlineFloats, true},
+                                              {world * kInlineFloats + 1, false},
+                                              {world * kInlineFloats - 5, true},
+                                              {kInlineFloats + world, true},
+                                              {kInlineFloats, world > 2}};
+    for (const auto& [n, two_exchanges] : cases) {
+      SCOPED_TRACE(testing::Message() << "world " << world << ", " << n << " floats");
+      const internal::Chunks chunks = internal::Chunks::Split(world, n, 4);
+      std::vector<std::vector<float>> results(static_cast<size_t>(world));
+      OnRanks(world, [&](int64_t r, Communicator& c) {
+        std::vector<float> data(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) data[i] = Value(r, i);
+        ASSERT_TRUE(c.AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        results[static_cast<size_t>(r)] = std::move(data);
+        if (two_exchanges) {
+          const int64_t own = static_cast<int64_t>(chunks.bytes(r));
+          const int64_t moved = n * 4 - own + (world - 1) * own;
+          EXPECT_EQ(c.BytesSent()["all_reduce"], moved);
+          EXPECT_EQ(c.BytesReceived()["all_reduce"], moved);
+        }
+      });
+      for (int64_t r = 0; r < world; ++r) {
+        ASSERT_EQ(results[r], results[0]) << "rank " << r << " differs from rank 0";
+      }
+      // Inline in one exchange or two, the rank-order sum; the rings sum in another order.
+      const bool inline_path = two_exchanges || n <= kInlineFloats;
+      for (int64_t i = 0; i < n; ++i) {
+        if (inline_path) {
+          ASSERT_EQ(results[0][i], RankOrderSum(world, i)) << "element " << i;
+        } else {
+          ASSERT_NEAR(results[0][i], RankOrderSum(world, i), 1e-5) << "element " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(GlooCollectivePaths, RanksGivenDifferentAllReduceSplitsAreNamedNotAborted) {
