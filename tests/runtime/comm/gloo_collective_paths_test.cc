@@ -171,7 +171,10 @@ TEST(GlooCollectivePaths, AnAllReduceInTwoExchangesSumsInRankOrderAndCountsItsCh
                                               {world * kInlineFloats - 5, true},
                                               {kInlineFloats + world, true},
                                               {kInlineFloats, world > 2}};
-    for (const auto& [n, two_exchanges] : cases) {
+    for (const auto& [count, two] : cases) {
+      // Copies: clang 14 cannot capture structured bindings in a lambda.
+      const int64_t n = count;
+      const bool two_exchanges = two;
       SCOPED_TRACE(testing::Message() << "world " << world << ", " << n << " floats");
       const internal::Chunks chunks = internal::Chunks::Split(world, n, 4);
       std::vector<std::vector<float>> results(static_cast<size_t>(world));
