@@ -485,7 +485,9 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
                      return;
                    }
                    if (two_inline) {
-                     TwoExchangeAllReduce(lead, own, chunks, dtype);
+                     internal::CollectiveDescriptor first = lead;
+                     first.phase = 1;
+                     TwoExchangeAllReduce(first, own, chunks, dtype);
                      return;
                    }
                    leads_.Exchange(lead, nullptr);
@@ -525,7 +527,7 @@ void GlooCommunicator::TwoExchangeAllReduce(const internal::CollectiveDescriptor
                  mine_bytes);
   leads_.Release();
   internal::CollectiveDescriptor second = lead;
-  second.phase = 1;
+  second.phase = 2;
   leads_.Exchange(second, [&](int) { return std::pair<const void*, size_t>(mine, mine_bytes); });
   for (int peer : leads_.peers()) {
     std::memcpy(own + chunks.offset(peer), InlinePayload(peer, chunks.bytes(peer)),

@@ -6,11 +6,13 @@
 // Rendezvous goes through a comm::Store (the coordinator's in real runs). Every collective starts
 // with a lead to the rank's peers (lead_exchange.h) that checks all ranks run the same collective.
 // Small collectives travel inside the leads: one exchange, with sums added in rank order so every
-// rank gets the same bits. Larger ones then run Gloo's algorithms (AllReduce, Broadcast, Barrier)
-// or rings over Gloo's pairwise buffers (ReduceScatter and AllGather: Gloo's new API has no
-// reduce-scatter). Either way a reduce-scatter or all-gather sends exactly (world - 1) x chunk
-// bytes per rank, as the planner counts; an inline all-reduce sends (world - 1) x its bytes, a
-// ring one 2 (world - 1) / world of them.
+// rank gets the same bits; an all-reduce whose chunks fit in a lead, in two (reduce-scatter, then
+// all-gather). Larger ones then run our rings over Gloo's pairwise buffers (reduce-scatter,
+// all-gather, and an all-reduce as both: Gloo's new API has no reduce-scatter), a chain broadcast
+// over them, or Gloo's algorithms (a tree broadcast; the all-reduce if configured; a barrier of
+// neighbour leads). A reduce-scatter or all-gather sends exactly (world - 1) x chunk bytes per
+// rank, as the planner counts; an all-reduce in one exchange (world - 1) x its bytes, in two or
+// along the rings 2 (world - 1) / world of them, give or take the uneven last chunk.
 //
 // Owns one thread that runs the collectives in call order (a Gloo context is not thread-safe); a
 // caller that waits for the collective next in line runs it itself. The destructor
@@ -100,6 +102,14 @@ class GlooCommunicator final : public Communicator {
   absl::Status RunOrWait(const std::shared_ptr<Op>& op, absl::Duration timeout)
       ABSL_LOCKS_EXCLUDED(mu_, loop_mu_);
 
+  // An all-reduce that fits in one inline exchange and in two (AllReduce) takes one while it sends
+  // at most this many bytes more that way. collective_bench, three alternating runs, one exchange
+  // against two: 0.5-0.7x at 2 ranks from 8 to 32 KiB and even at 64 KiB; at 3 ranks even up to
+  // 32 KiB, 1.2x at 64 KiB; at 4 ranks even up to 16 KiB, 1.2-1.7x at 64 KiB. Beyond 4 ranks the
+  // rule is extrapolated (not measured where more processes than 4 share 2 cores). Part of the
+  // leads' wire version: ranks that choose differently are a mismatch (the lead's phase).
+  static constexpr size_t kMaxOneExchangeExtraBytes = size_t{32} << 10;
+
  private:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, std::unique_ptr<internal::LeadMesh> mesh,
                    int64_t rank, int64_t world_size, GlooOptions options);
@@ -149,7 +159,7 @@ class GlooCommunicator final : public Communicator {
   void RingReduceScatterOnce(const std::vector<RingPart>& parts, DType dtype);
   void RingAllGatherOnce(const std::vector<RingPart>& parts);
   // An all-reduce whose chunks go inline: a reduce-scatter in `lead`'s exchange, then an
-  // all-gather in a second one (phase 1).
+  // all-gather in a second one (`lead` has phase 1, the second phase 2).
   void TwoExchangeAllReduce(const internal::CollectiveDescriptor& lead, char* own,
                             const internal::Chunks& chunks, DType dtype);
   // A broadcast of `bytes` at `data` from `root` along the ring: each rank receives it from its
@@ -198,11 +208,6 @@ class GlooCommunicator final : public Communicator {
   // (collective_bench, two runs each way); at 3-4 ranks, where the processes share 2 cores, no
   // change beyond the noise.
   static constexpr std::chrono::microseconds kUnclaimedGrace{200};
-  // An all-reduce that fits in one inline exchange and in two (AllReduce) takes one while it sends
-  // at most this many bytes more that way. collective_bench, three alternating runs, one exchange
-  // against two: 0.5-0.7x at 2 ranks from 8 to 32 KiB and even at 64 KiB; at 3 ranks even up to
-  // 32 KiB, 1.2x at 64 KiB; at 4 ranks even up to 16 KiB, 1.2-1.7x at 64 KiB.
-  static constexpr size_t kMaxOneExchangeExtraBytes = size_t{32} << 10;
   // How far past its deadline a caller may be held by running a collective itself (when one that
   // ran ahead of it took Gloo's whole timeout). A caller that waits as long as the communicator's
   // timeout runs its collective itself though a small one ran first: handing it to the collective

@@ -95,7 +95,7 @@ std::string Describe(const CollectiveDescriptor& d) {
     absl::StrAppend(&s, " in ", d.buffers, " buffers)");
   }
   if (d.kind == CollectiveKind::kBroadcast) absl::StrAppend(&s, " from rank ", d.root);
-  if (d.phase != 0) absl::StrAppend(&s, ", exchange ", d.phase + 1);
+  if (d.phase != 0) absl::StrAppend(&s, ", exchange ", d.phase, " of 2");
   return s;
 }
 

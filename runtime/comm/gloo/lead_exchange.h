@@ -10,7 +10,7 @@
 // travel on connections of their own (lead_mesh.h), one write and one read each, as frames of a
 // bounded length that a peer reads whenever they come: a lead is sent at once (no rendezvous round
 // trip), the check costs no message of its own, and a collective small enough to travel inline
-// completes in a single exchange.
+// completes in a single exchange (an all-reduce whose chunks travel inline, in two).
 //
 // Peers: every other rank while the world has at most `all_to_all_max_world` ranks (leads may
 // then carry data); beyond that only the two ring neighbours (header only: checking each rank
@@ -35,8 +35,8 @@
 // Used by whichever thread runs the communicator's collectives (its collective thread, or a
 // caller running a small one), one at a time. Every rank of a group must be given the same
 // LeadOptions (a rank that is not is named at the first collective), and the inline limits
-// (MaxInlineBytes) and the chain's worlds are part of the wire version (kMagic): changing any
-// means a new magic.
+// (MaxInlineBytes), the chain's worlds and GlooCommunicator::kMaxOneExchangeExtraBytes are part of
+// the wire version (kMagic): changing any means a new magic.
 
 #include <chrono>
 #include <cstdint>
@@ -72,7 +72,9 @@ struct CollectiveDescriptor {
   int64_t buffers = 1;
   uint64_t buffers_digest = 0;
   // A collective in two exchanges (an all-reduce whose reduce-scatter and all-gather each go
-  // inline): 0 for the first, 1 for the second, which has the same sequence number.
+  // inline): 1 for the first, 2 for the second, which has the same sequence number; 0 for a
+  // collective in one. Ranks that would take one exchange and two (given other limits) are named
+  // as a mismatch, not by the size of what arrives.
   int64_t phase = 0;
 };
 

@@ -27,7 +27,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A frame longer than this, not all in when its length is read, is read straight into storage of
-// its own: one copy fewer than through the inbox (a 2-rank broadcast's lead carries up to 512 KiB).
+// its own: one copy fewer than through the inbox (a 2-rank broadcast's lead carries up to 2 MiB).
 // Shorter frames share the inbox's reads.
 constexpr size_t kDirectReadBytes = size_t{16} << 10;
 

@@ -63,7 +63,7 @@ class LeadMesh {
   // Polls until `done()` (checked after each round of reads and writes) or the deadline.
   template <typename Done>
   void Pump(const Done& done, std::chrono::milliseconds timeout, const char* waiting_for, int peer);
-  // Reads what `p`'s socket holds into its frames; false if it holds nothing now.
+  // Reads what `p`'s socket holds into its frames (a long one in part: see kDirectReadBytes).
   void ReadAvailable(Peer& p);
   // Writes what `p`'s socket takes of its queued sends.
   void WriteAvailable(Peer& p);

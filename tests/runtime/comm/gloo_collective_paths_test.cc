@@ -158,51 +158,95 @@ TEST(GlooCollectivePaths, ASplitAllReduceCountsTheChunksItSends) {
       absl::Seconds(30), -1, split);
 }
 
-// An all-reduce whose chunks go inline, too large to go inline whole or sending much more that
-// way (at 3 and 4 ranks from 64 KiB: kMaxOneExchangeExtraBytes): its reduce-scatter goes in the
-// leads, its all-gather in a second exchange. At every world, the largest such (chunks of exactly
-// kInlineFloats), one float more (rings), uneven chunks, and 64 KiB (one exchange at 2 ranks):
-// every rank gets the rank-order sum bit for bit (each chunk summed once, by its owner, in rank
-// order), and counts what it moved: every chunk but its own, then its own to every other rank.
+// How an all-reduce travels (GlooCommunicator::AllReduce).
+enum class AllReduceRoute { kOneExchange, kTwoExchanges, kRings };
+
+// An all-reduce whose chunks go inline, too large to go inline whole or sending much more that way
+// (at 3 and 4 ranks over kMaxOneExchangeExtraBytes / (world - 2)): its reduce-scatter goes in the
+// leads, its all-gather in a second exchange. At every world: the largest such (chunks of exactly
+// kInlineFloats), one float more (rings), uneven chunks, 64 KiB (one exchange at 2 ranks), and
+// either side of the one-exchange limit at 3 and 4 ranks. Every rank gets the rank-order sum bit
+// for bit inline (each chunk summed once, by its owner, in rank order), and counts what it moved:
+// in one exchange its buffer to every other rank; in two every chunk but its own, then its own to
+// every other rank; along the rings every chunk but its own, then every one but its successor's.
 TEST(GlooCollectivePaths, AnAllReduceInTwoExchangesSumsInRankOrderAndCountsItsChunks) {
+  using Route = AllReduceRoute;
   for (int64_t world : {2, 3, 4}) {
-    const std::pair<int64_t, bool> cases[] = {{world * kInlineFloats, true},
-                                              {world * kInlineFloats + 1, false},
-                                              {world * kInlineFloats - 5, true},
-                                              {kInlineFloats + world, true},
-                                              {kInlineFloats, world > 2}};
-    for (const auto& [count, two] : cases) {
+    std::vector<std::pair<int64_t, Route>> cases = {
+        {world * kInlineFloats, Route::kTwoExchanges},
+        {world * kInlineFloats + 1, Route::kRings},
+        {world * kInlineFloats - 5, Route::kTwoExchanges},
+        {kInlineFloats + world, Route::kTwoExchanges},
+        {kInlineFloats, world > 2 ? Route::kTwoExchanges : Route::kOneExchange}};
+    if (world > 2) {
+      const int64_t one_most =
+          static_cast<int64_t>(GlooCommunicator::kMaxOneExchangeExtraBytes) / 4 / (world - 2);
+      cases.push_back({one_most, Route::kOneExchange});
+      cases.push_back({one_most + 1, Route::kTwoExchanges});
+    }
+    for (const auto& [count, path] : cases) {
       // Copies: clang 14 cannot capture structured bindings in a lambda.
       const int64_t n = count;
-      const bool two_exchanges = two;
+      const Route route = path;
       SCOPED_TRACE(testing::Message() << "world " << world << ", " << n << " floats");
       const internal::Chunks chunks = internal::Chunks::Split(world, n, 4);
+      const auto chunk = [&](int64_t r) { return static_cast<int64_t>(chunks.bytes(r % world)); };
       std::vector<std::vector<float>> results(static_cast<size_t>(world));
       OnRanks(world, [&](int64_t r, Communicator& c) {
         std::vector<float> data(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) data[i] = Value(r, i);
         ASSERT_TRUE(c.AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
         results[static_cast<size_t>(r)] = std::move(data);
-        if (two_exchanges) {
-          const int64_t own = static_cast<int64_t>(chunks.bytes(r));
-          const int64_t moved = n * 4 - own + (world - 1) * own;
-          EXPECT_EQ(c.BytesSent()["all_reduce"], moved);
-          EXPECT_EQ(c.BytesReceived()["all_reduce"], moved);
-        }
+        const int64_t bytes = n * 4;
+        const int64_t sent = route == Route::kOneExchange    ? (world - 1) * bytes
+                             : route == Route::kTwoExchanges ? bytes + (world - 2) * chunk(r)
+                                                             : 2 * bytes - chunk(r) - chunk(r + 1);
+        const int64_t received =
+            route == Route::kRings ? 2 * bytes - chunk(r + world - 1) - chunk(r) : sent;
+        EXPECT_EQ(c.BytesSent()["all_reduce"], sent);
+        EXPECT_EQ(c.BytesReceived()["all_reduce"], received);
       });
       for (int64_t r = 0; r < world; ++r) {
         ASSERT_EQ(results[r], results[0]) << "rank " << r << " differs from rank 0";
       }
-      // Inline in one exchange or two, the rank-order sum; the rings sum in another order.
-      const bool inline_path = two_exchanges || n <= kInlineFloats;
       for (int64_t i = 0; i < n; ++i) {
-        if (inline_path) {
+        if (route != Route::kRings) {
           ASSERT_EQ(results[0][i], RankOrderSum(world, i)) << "element " << i;
         } else {
           ASSERT_NEAR(results[0][i], RankOrderSum(world, i), 1e-5) << "element " << i;
         }
       }
     }
+  }
+}
+
+// Ranks whose all-reduces differ by one float, where one count goes in one exchange and the other
+// in two, or both in two: named as a mismatch (the leads' phase tells one exchange from two), and
+// no process is aborted.
+TEST(GlooCollectivePaths, AllReducesThatDifferInTwoExchangesAreNamedNotAborted) {
+  const int64_t one_most = static_cast<int64_t>(GlooCommunicator::kMaxOneExchangeExtraBytes) / 4;
+  for (int64_t n : {one_most, 3 * kInlineFloats - 1}) {
+    SCOPED_TRACE(testing::Message() << n << " floats, rank 2 one more");
+    std::vector<absl::Status> status(3);
+    OnRanks(
+        3,
+        [&](int64_t r, Communicator& c) {
+          std::vector<float> data(static_cast<size_t>(n + 1), 1.0f);
+          status[static_cast<size_t>(r)] =
+              c.AllReduce(data.data(), r == 2 ? n + 1 : n, DType::kFloat32)
+                  ->Wait(absl::Seconds(20));
+        },
+        absl::Seconds(20));
+    std::string all;
+    bool named = false, phase_named = false;
+    for (const absl::Status& st : status) {
+      EXPECT_FALSE(st.ok());
+      named |= absl::StrContains(st.message(), "collective mismatch");
+      phase_named |= absl::StrContains(st.message(), "exchange 1 of 2");
+      absl::StrAppend(&all, st.ToString(), " / ");
+    }
+    EXPECT_TRUE(named) << all;
+    EXPECT_TRUE(phase_named) << all;
   }
 }
 
@@ -726,9 +770,10 @@ TEST(GlooCollectivePaths, AtTwoRanksAnInlineBroadcastMismatchIsNamedNotAborted) 
 // `world` ranks broadcast: `odd_ranks` `large` floats from `odd_root`, the others `small` from
 // root 0.
 // Every rank fails (none is aborted), and some rank names the mismatch. Where both go along the
-// chain or through the tree, every rank fails that broadcast; where one view goes inline, its root
-// may finish it (it waits for its predecessor's lead alone, and its data is all in the sockets), so
-// a rank whose broadcast ended must fail its next collective.
+// chain or through the tree, every rank fails that broadcast; where one view goes inline, a rank
+// of it may finish (its root waits for its predecessor's lead alone, a receiver for the root's and
+// its predecessor's, which may agree with it), so a rank whose broadcast ended must fail its next
+// collective.
 void ExpectTwoRootsOfTwoSizesNamed(int64_t world, const std::vector<int64_t>& odd_ranks,
                                    int64_t odd_root, int64_t small, int64_t large,
                                    bool one_goes_inline = false) {
