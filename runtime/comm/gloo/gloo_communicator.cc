@@ -578,8 +578,11 @@ constexpr size_t kPackedRingBytes = size_t{16} << 20;
 // An all-gather sends parts with chunks at least this large as messages of their own.
 constexpr size_t kInPlaceAllGatherBytes = size_t{256} << 10;
 // A part in a ring of its own is reduce-scattered in messages of at most this many bytes (a
-// multiple of every element size).
-constexpr size_t kRingPieceBytes = size_t{8} << 20;
+// multiple of every element size), each summed while the next arrives. Against one message of up
+// to 8 MiB per step (collective_bench --ops reduce_scatter, two alternating runs, 4-64 MiB):
+// 0.7-0.85x at 2 ranks, 0.9-0.96x at 3, 0.95-0.97x at 4; 512 KiB and 2 MiB pieces measured slower
+// than 1 MiB.
+constexpr size_t kRingPieceBytes = size_t{1} << 20;
 static_assert(kRingPieceBytes % 8 == 0, "a piece must hold whole elements of every dtype");
 // A chain broadcast forwards the buffer in pieces of this many bytes: a rank sends one on while the
 // next arrives. 256 KiB pieces measured 0.79-1.07x the tree's time at 3-4 ranks, 1 MiB 0.79-0.95x
@@ -727,55 +730,87 @@ const char* GlooCommunicator::Packed(const std::vector<RingPart>& parts, int64_t
 
 void GlooCommunicator::RingReduceScatterOnce(const std::vector<RingPart>& parts, DType dtype) {
   if (parts.empty()) return;
+  if (parts.size() == 1) return RingReduceScatterInPieces(parts[0], dtype);
   const int64_t w = world_size_, r = rank_;
-  // One message per step, however many parts: several parts' chunks are packed end to end (a
-  // message each cost 50-70 us more per part at 2 ranks, collective_bench --group). One part is
-  // sent straight from its buffer, in pieces of at most kRingPieceBytes, so that what arrives
-  // waits for its sum in a scratch buffer of that size, not of a whole chunk (a fresh 32 MiB
-  // scratch per collective, faulted in each time, made a 64 MiB reduce-scatter at 2 ranks take
-  // 275 ms).
-  const bool packed = parts.size() > 1;
+  // Several parts: one message per step, their chunks packed end to end (a message each cost
+  // 50-70 us more per part at 2 ranks, collective_bench --group).
   const size_t step_bytes = std::max<size_t>(MaxStepBytes(parts, w), 1);
-  const size_t piece = packed ? step_bytes : std::min(step_bytes, kRingPieceBytes);
-  char* const scratch = Staging(0, piece);
-  char* const outgoing = packed ? Staging(1, step_bytes) : nullptr;
-  auto incoming = context_->createUnboundBuffer(scratch, piece);
-  auto source = packed
-                    ? context_->createUnboundBuffer(outgoing, step_bytes)
-                    : context_->createUnboundBuffer(parts[0].data, parts[0].chunks.total_bytes());
+  char* const scratch = Staging(0, step_bytes);
+  char* const outgoing = Staging(1, step_bytes);
+  auto incoming = context_->createUnboundBuffer(scratch, step_bytes);
+  auto source = context_->createUnboundBuffer(outgoing, step_bytes);
   const WatchedBuffers watched(*this, {source.get(), incoming.get()});
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const auto timeout = Millis(options_.timeout);
   // Step s sends the partial sum of chunk r-s-1 and adds the arriving chunk r-s-2; after w-1
   // steps chunk r holds every rank's contribution. Sender and receiver of a chunk agree on its
-  // size and so on its pieces (one message at a time each way: they match in order), and both
-  // skip an empty one.
+  // size, and both skip an empty one.
   for (int64_t s = 0; s < w - 1; ++s) {
     const int64_t send_chunk = (r - s - 1 + 2 * w) % w;
     const int64_t recv_chunk = (r - s - 2 + 2 * w) % w;
     const size_t send_bytes = StepBytes(parts, send_chunk);
     const size_t recv_bytes = StepBytes(parts, recv_chunk);
-    if (packed && send_bytes > 0) PackChunk(parts, send_chunk, outgoing);
-    const size_t send_at = packed ? 0 : parts[0].chunks.offset(send_chunk);
-    for (size_t done = 0; done < std::max(send_bytes, recv_bytes); done += piece) {
-      const size_t in = done < recv_bytes ? std::min(piece, recv_bytes - done) : 0;
-      const size_t out = done < send_bytes ? std::min(piece, send_bytes - done) : 0;
-      if (in > 0) incoming->recv(prev, slot, 0, in);
-      if (out > 0) source->send(next, slot, send_at + done, out);
-      if (in > 0) Waited(incoming->waitRecv(timeout), "receive");
-      if (out > 0) Waited(source->waitSend(timeout), "send");
-      if (in == 0) continue;  // this step's chunk to receive is shorter than the one to send
-      // Packed: one piece holds the chunk of every part, end to end (done is 0).
-      const char* term = scratch;
-      for (const RingPart& part : parts) {
-        char* target = part.data + part.chunks.offset(recv_chunk) + done;
-        const size_t bytes = packed ? part.chunks.bytes(recv_chunk) : in;
-        internal::ElementSum(dtype, target, target, term,
-                             bytes / static_cast<size_t>(part.chunks.element_bytes));
-        term += bytes;
-      }
+    if (send_bytes > 0) PackChunk(parts, send_chunk, outgoing);
+    if (recv_bytes > 0) incoming->recv(prev, slot, 0, recv_bytes);
+    if (send_bytes > 0) source->send(next, slot, 0, send_bytes);
+    if (recv_bytes > 0) Waited(incoming->waitRecv(timeout), "receive");
+    if (send_bytes > 0) Waited(source->waitSend(timeout), "send");
+    if (recv_bytes == 0) continue;
+    const char* term = scratch;
+    for (const RingPart& part : parts) {
+      char* target = part.data + part.chunks.offset(recv_chunk);
+      const size_t bytes = part.chunks.bytes(recv_chunk);
+      internal::ElementSum(dtype, target, target, term,
+                           bytes / static_cast<size_t>(part.chunks.element_bytes));
+      term += bytes;
     }
+  }
+}
+
+void GlooCommunicator::RingReduceScatterInPieces(const RingPart& part, DType dtype) {
+  const int64_t w = world_size_, r = rank_;
+  // Sent straight from the buffer; what arrives lands in two scratch pieces by turns, so a piece
+  // is summed while the next one arrives (one scratch of a whole chunk, faulted in afresh per
+  // collective, made a 64 MiB reduce-scatter at 2 ranks take 275 ms).
+  const size_t piece = std::min(std::max<size_t>(part.chunks.max_bytes(), 1), kRingPieceBytes);
+  char* const scratch[2] = {Staging(0, piece), Staging(1, piece)};
+  std::unique_ptr<gloo::transport::UnboundBuffer> incoming[2] = {
+      context_->createUnboundBuffer(scratch[0], piece),
+      context_->createUnboundBuffer(scratch[1], piece)};
+  auto source = context_->createUnboundBuffer(part.data, part.chunks.total_bytes());
+  const WatchedBuffers watched(*this, {source.get(), incoming[0].get(), incoming[1].get()});
+  const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
+  const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
+  const auto timeout = Millis(options_.timeout);
+  const auto pieces = [&](size_t bytes) { return (bytes + piece - 1) / piece; };
+  const auto piece_bytes = [&](size_t bytes, size_t k) {
+    return std::min(piece, bytes - k * piece);
+  };
+  // Steps as in RingReduceScatterOnce. A chunk's pieces go and arrive in order (one slot, one
+  // peer each way), and sender and receiver cut it alike.
+  for (int64_t s = 0; s < w - 1; ++s) {
+    const int64_t send_chunk = (r - s - 1 + 2 * w) % w;
+    const int64_t recv_chunk = (r - s - 2 + 2 * w) % w;
+    const size_t send_bytes = part.chunks.bytes(send_chunk);
+    const size_t recv_bytes = part.chunks.bytes(recv_chunk);
+    const size_t sends = pieces(send_bytes), receives = pieces(recv_bytes);
+    if (receives > 0) incoming[0]->recv(prev, slot, 0, piece_bytes(recv_bytes, 0));
+    for (size_t k = 0; k < sends; ++k) {
+      source->send(next, slot, part.chunks.offset(send_chunk) + k * piece,
+                   piece_bytes(send_bytes, k));
+    }
+    for (size_t k = 0; k < receives; ++k) {
+      if (k + 1 < receives) {
+        incoming[(k + 1) % 2]->recv(prev, slot, 0, piece_bytes(recv_bytes, k + 1));
+      }
+      Waited(incoming[k % 2]->waitRecv(timeout), "receive");
+      char* target = part.data + part.chunks.offset(recv_chunk) + k * piece;
+      internal::ElementSum(
+          dtype, target, target, scratch[k % 2],
+          piece_bytes(recv_bytes, k) / static_cast<size_t>(part.chunks.element_bytes));
+    }
+    for (size_t k = 0; k < sends; ++k) Waited(source->waitSend(timeout), "send");
   }
 }
 

@@ -157,6 +157,8 @@ class GlooCommunicator final : public Communicator {
   void RingAllGather(const std::vector<RingPart>& parts);
   // One ring: one part sent from its buffer, or several packed into one message per step.
   void RingReduceScatterOnce(const std::vector<RingPart>& parts, DType dtype);
+  // One part, sent from its buffer in pieces, each summed while the next one arrives.
+  void RingReduceScatterInPieces(const RingPart& part, DType dtype);
   void RingAllGatherOnce(const std::vector<RingPart>& parts);
   // An all-reduce whose chunks go inline: a reduce-scatter in `lead`'s exchange, then an
   // all-gather in a second one (`lead` has phase 1, the second phase 2).
