@@ -495,8 +495,8 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
                    if (split) {
                      // Each chunk is summed once, on one rank, then copied: every rank gets the
                      // same bits.
-                     RingReduceScatter({{own, chunks}}, dtype);
-                     RingAllGather({{own, chunks}});
+                     RingReduceScatterInPieces({own, chunks}, dtype, /*then_all_gather=*/true);
+                     TrimStaging();
                      return;
                    }
                    gloo::AllreduceOptions opts(context_);
@@ -768,49 +768,80 @@ void GlooCommunicator::RingReduceScatterOnce(const std::vector<RingPart>& parts,
   }
 }
 
-void GlooCommunicator::RingReduceScatterInPieces(const RingPart& part, DType dtype) {
+void GlooCommunicator::RingReduceScatterInPieces(const RingPart& part, DType dtype,
+                                                 bool then_all_gather) {
   const int64_t w = world_size_, r = rank_;
   // Sent straight from the buffer; what arrives lands in two scratch pieces by turns, so a piece
   // is summed while the next one arrives (one scratch of a whole chunk, faulted in afresh per
   // collective, made a 64 MiB reduce-scatter at 2 ranks take 275 ms).
-  const size_t piece = std::min(std::max<size_t>(part.chunks.max_bytes(), 1), kRingPieceBytes);
+  const internal::Chunks& c = part.chunks;
+  const size_t piece = std::min(std::max<size_t>(c.max_bytes(), 1), kRingPieceBytes);
   char* const scratch[2] = {Staging(0, piece), Staging(1, piece)};
   std::unique_ptr<gloo::transport::UnboundBuffer> incoming[2] = {
       context_->createUnboundBuffer(scratch[0], piece),
       context_->createUnboundBuffer(scratch[1], piece)};
-  auto source = context_->createUnboundBuffer(part.data, part.chunks.total_bytes());
-  const WatchedBuffers watched(*this, {source.get(), incoming[0].get(), incoming[1].get()});
+  // The reduce-scatter's sends, and the all-gather's sends and receives (into place).
+  auto whole = context_->createUnboundBuffer(part.data, c.total_bytes());
+  const WatchedBuffers watched(*this, {whole.get(), incoming[0].get(), incoming[1].get()});
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
+  const uint64_t gather_slot = then_all_gather ? static_cast<uint64_t>(context_->nextSlot()) : 0;
   const auto timeout = Millis(options_.timeout);
   const auto pieces = [&](size_t bytes) { return (bytes + piece - 1) / piece; };
   const auto piece_bytes = [&](size_t bytes, size_t k) {
     return std::min(piece, bytes - k * piece);
   };
+  // Chunk `i`'s pieces to `peer` (or from it) on `on`, into or out of place.
+  const auto post = [&](bool send, int peer, uint64_t on, int64_t i) {
+    for (size_t k = 0; k < pieces(c.bytes(i)); ++k) {
+      const size_t at = c.offset(i) + k * piece, bytes = piece_bytes(c.bytes(i), k);
+      send ? whole->send(peer, on, at, bytes) : whole->recv(peer, on, at, bytes);
+    }
+    return pieces(c.bytes(i));
+  };
+  size_t sends = 0, gather_receives = 0;
   // Steps as in RingReduceScatterOnce. A chunk's pieces go and arrive in order (one slot, one
   // peer each way), and sender and receiver cut it alike.
   for (int64_t s = 0; s < w - 1; ++s) {
     const int64_t send_chunk = (r - s - 1 + 2 * w) % w;
-    const int64_t recv_chunk = (r - s - 2 + 2 * w) % w;
-    const size_t send_bytes = part.chunks.bytes(send_chunk);
-    const size_t recv_bytes = part.chunks.bytes(recv_chunk);
-    const size_t sends = pieces(send_bytes), receives = pieces(recv_bytes);
+    const int64_t recv_chunk = (r - s - 2 + 2 * w) % w;  // r at the last step
+    const bool last = s == w - 2;
+    const size_t recv_bytes = c.bytes(recv_chunk);
+    const size_t receives = pieces(recv_bytes);
+    // The all-gather's first step overlaps the reduce-scatter's last: chunk r-1 arrives into
+    // place (it left at step 0: by the time the predecessor sends it back summed, every piece of
+    // it that this rank sent has arrived there), and chunk r goes on piece by piece as it is
+    // summed.
+    if (then_all_gather && last) gather_receives = post(false, prev, gather_slot, (r + w - 1) % w);
     if (receives > 0) incoming[0]->recv(prev, slot, 0, piece_bytes(recv_bytes, 0));
-    for (size_t k = 0; k < sends; ++k) {
-      source->send(next, slot, part.chunks.offset(send_chunk) + k * piece,
-                   piece_bytes(send_bytes, k));
-    }
+    sends += post(true, next, slot, send_chunk);
     for (size_t k = 0; k < receives; ++k) {
       if (k + 1 < receives) {
         incoming[(k + 1) % 2]->recv(prev, slot, 0, piece_bytes(recv_bytes, k + 1));
       }
       Waited(incoming[k % 2]->waitRecv(timeout), "receive");
-      char* target = part.data + part.chunks.offset(recv_chunk) + k * piece;
-      internal::ElementSum(
-          dtype, target, target, scratch[k % 2],
-          piece_bytes(recv_bytes, k) / static_cast<size_t>(part.chunks.element_bytes));
+      char* target = part.data + c.offset(recv_chunk) + k * piece;
+      const size_t in = piece_bytes(recv_bytes, k);
+      internal::ElementSum(dtype, target, target, scratch[k % 2],
+                           in / static_cast<size_t>(c.element_bytes));
+      if (then_all_gather && last) {
+        whole->send(next, gather_slot, c.offset(recv_chunk) + k * piece, in);
+        ++sends;
+      }
     }
-    for (size_t k = 0; k < sends; ++k) Waited(source->waitSend(timeout), "send");
+    if (then_all_gather && last) {
+      for (; gather_receives > 0; --gather_receives) Waited(whole->waitRecv(timeout), "receive");
+    }
+    for (; sends > 0; --sends) Waited(whole->waitSend(timeout), "send");
+  }
+  if (!then_all_gather) return;
+  // The all-gather's other steps, whole chunks into place: step g forwards chunk r-g and receives
+  // chunk r-g-1.
+  for (int64_t g = 1; g < w - 1; ++g) {
+    const size_t in = post(false, prev, gather_slot, (r - g - 1 + 2 * w) % w);
+    const size_t out = post(true, next, gather_slot, (r - g + 2 * w) % w);
+    for (size_t k = 0; k < in; ++k) Waited(whole->waitRecv(timeout), "receive");
+    for (size_t k = 0; k < out; ++k) Waited(whole->waitSend(timeout), "send");
   }
 }
 

@@ -157,8 +157,10 @@ class GlooCommunicator final : public Communicator {
   void RingAllGather(const std::vector<RingPart>& parts);
   // One ring: one part sent from its buffer, or several packed into one message per step.
   void RingReduceScatterOnce(const std::vector<RingPart>& parts, DType dtype);
-  // One part, sent from its buffer in pieces, each summed while the next one arrives.
-  void RingReduceScatterInPieces(const RingPart& part, DType dtype);
+  // One part, sent from its buffer in pieces, each summed while the next one arrives; with
+  // `then_all_gather`, the all-gather ring after it (an all-reduce), its first step overlapping
+  // the reduce-scatter's last.
+  void RingReduceScatterInPieces(const RingPart& part, DType dtype, bool then_all_gather = false);
   void RingAllGatherOnce(const std::vector<RingPart>& parts);
   // An all-reduce whose chunks go inline: a reduce-scatter in `lead`'s exchange, then an
   // all-gather in a second one (`lead` has phase 1, the second phase 2).

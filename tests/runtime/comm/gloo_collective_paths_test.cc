@@ -428,31 +428,37 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
 }
 
 // A split all-reduce whose chunks are reduce-scattered in pieces (1 MiB, summed while the next
-// arrives, by turns in two scratch buffers), the last piece short and the last chunk shorter than
-// the others (a rank sends a longer chunk than it receives, or the reverse), at 3 ranks, in fp32
+// arrives, by turns in two scratch buffers; the last step's pieces sent on as the all-gather's
+// first as soon as they are summed), the last piece short and the last chunk shorter than the
+// others (a rank sends a longer chunk than it receives, or the reverse), at 2-4 ranks, in fp32
 // and bf16: against the unsharded sum, exactly (small integers).
 TEST(GlooCollectivePaths, ASplitAllReduceInPiecesEqualsTheUnshardedSum) {
   GlooOptions split;
   split.split_all_reduce_max_bytes = kSplitAllReduce;
-  const int64_t n = 3 * 2 * kOwnRingFloats + 7;  // chunks of 2^21 + 3 elements, the last 2^21 + 1
-  OnRanks(
-      3,
-      [&](int64_t r, Communicator& c) {
-        std::vector<float> data(static_cast<size_t>(n));
-        std::vector<uint16_t> bf16(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) {
-          data[i] = WholeValue(r, i);
-          bf16[i] = FloatToBf16(data[i]);
-        }
-        ASSERT_TRUE(c.AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(60)).ok());
-        ASSERT_TRUE(c.AllReduce(bf16.data(), n, DType::kBFloat16)->Wait(absl::Seconds(60)).ok());
-        for (int64_t i = 0; i < n; ++i) {
-          const float want = WholeValue(0, i) + WholeValue(1, i) + WholeValue(2, i);
-          ASSERT_EQ(data[i], want) << i;
-          ASSERT_EQ(bf16[i], FloatToBf16(want)) << i;
-        }
-      },
-      absl::Seconds(60), -1, split);
+  for (int64_t world : {2, 3, 4}) {
+    SCOPED_TRACE(testing::Message() << "world " << world);
+    // At 3 ranks chunks of 2^21 + 3 elements, the last 2^21 + 1.
+    const int64_t n = 3 * 2 * kOwnRingFloats + 7;
+    OnRanks(
+        world,
+        [&](int64_t r, Communicator& c) {
+          std::vector<float> data(static_cast<size_t>(n));
+          std::vector<uint16_t> bf16(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) {
+            data[i] = WholeValue(r, i);
+            bf16[i] = FloatToBf16(data[i]);
+          }
+          ASSERT_TRUE(c.AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(60)).ok());
+          ASSERT_TRUE(c.AllReduce(bf16.data(), n, DType::kBFloat16)->Wait(absl::Seconds(60)).ok());
+          for (int64_t i = 0; i < n; ++i) {
+            float want = 0;
+            for (int64_t q = 0; q < world; ++q) want += WholeValue(q, i);
+            ASSERT_EQ(data[i], want) << i;
+            ASSERT_EQ(bf16[i], FloatToBf16(want)) << i;
+          }
+        },
+        absl::Seconds(60), -1, split);
+  }
 }
 
 // A group of one buffer is the single collective, and an empty group is a collective too: ranks
