@@ -36,7 +36,6 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "runtime/comm/file_store.h"
-#include "runtime/comm/gloo/chunks.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/gloo/lead_exchange.h"
 #include "runtime/common/units.h"
@@ -377,15 +376,16 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
       const bool all_to_all = world <= options.lead_all_to_all_max_world;
       const bool broadcast = std::string(op.name) == "broadcast";
       const auto route = Exchange::RouteOf(static_cast<size_t>(per_peer), world, all_to_all);
-      // An all-reduce split into chunks that go inline runs in two exchanges, both inline.
-      const bool two_exchanges =
-          std::string(op.name) == "all_reduce" && size <= options.split_all_reduce_max_bytes &&
-          comm::internal::Chunks::Split(world, elements, DTypeBytes(dtype)).max_bytes() <=
-              Exchange::kMaxInlineBytes;
+      // An all-reduce goes inline in one exchange or two, as the communicator decides.
+      using AllReduceRoute = comm::GlooCommunicator::AllReduceRoute;
+      const AllReduceRoute all_reduce_route =
+          comm::GlooCommunicator::AllReduceRouteOf(elements, dtype, world, options);
       const bool inline_path =
           broadcast ? route == Exchange::BroadcastRoute::kInline
-                    : all_to_all && (static_cast<size_t>(per_peer) <= Exchange::kMaxInlineBytes ||
-                                     two_exchanges);
+          : std::string(op.name) == "all_reduce"
+              ? all_reduce_route == AllReduceRoute::kOneExchange ||
+                    all_reduce_route == AllReduceRoute::kTwoExchanges
+              : all_to_all && static_cast<size_t>(per_peer) <= Exchange::kMaxInlineBytes;
       // A broadcast along the chain has sparse leads: no lead exchange (barrier) of its own.
       const bool chain = broadcast && route == Exchange::BroadcastRoute::kChain;
       if (rank == 0) {

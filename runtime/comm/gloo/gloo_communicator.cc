@@ -434,27 +434,43 @@ void GlooCommunicator::SumInRankOrder(char* out, const char* mine, int64_t count
   if (sum != out) std::memcpy(out, sum, bytes);
 }
 
-std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DType dtype) {
+GlooCommunicator::AllReduceRoute GlooCommunicator::AllReduceRouteOf(int64_t count, DType dtype,
+                                                                    int64_t world_size,
+                                                                    const GlooOptions& options) {
   const int64_t bytes = count * DTypeBytes(dtype);
+  const bool all_to_all = world_size <= options.lead_all_to_all_max_world;
+  const auto fits = [&](size_t bytes_per_peer) {
+    return all_to_all && bytes_per_peer <= internal::LeadExchange::kMaxInlineBytes;
+  };
   // Our rings (a reduce-scatter then an all-gather) up to the measured cross-over; on 2 cores
   // they beat Gloo's ring all-reduce well beyond the inline sizes. Not when a chunk would be
   // empty (a tiny buffer in a world too large to go inline).
-  const internal::Chunks chunks = internal::Chunks::Split(world_size_, count, DTypeBytes(dtype));
+  const internal::Chunks chunks = internal::Chunks::Split(world_size, count, DTypeBytes(dtype));
   const bool splits =
-      bytes <= options_.split_all_reduce_max_bytes && chunks.bytes(world_size_ - 1) > 0;
+      bytes <= options.split_all_reduce_max_bytes && chunks.bytes(world_size - 1) > 0;
   // Split, with chunks small enough to go inline: the reduce-scatter in the all-reduce's leads,
   // the all-gather in a second exchange. Two rounds instead of the rings' 2 (world - 1) steps,
   // each of which waits for the previous rank; where processes outnumber cores each such wait
   // can take a scheduler tick (the demo's stage-0 step at 4 ranks on 2 cores waited 4.0-5.3 ms for
   // its 150 KB all-reduce, whose rings take 0.47 ms in lockstep; in two exchanges 0.9-1.4 ms).
-  const bool two_fit = splits && leads_.CarriesInline(chunks.max_bytes());
+  const bool two_fit = splits && fits(chunks.max_bytes());
   // In one exchange each rank sends its whole buffer to every other: (world - 2) buffers more
   // than in two. Preferred up to kMaxOneExchangeExtraBytes of that excess (always at 2 ranks).
-  const bool direct =
-      leads_.CarriesInline(static_cast<size_t>(bytes)) &&
-      (!two_fit || (world_size_ - 2) * bytes <= static_cast<int64_t>(kMaxOneExchangeExtraBytes));
-  const bool split = !direct && splits;
-  const bool two_inline = split && two_fit;
+  if (fits(static_cast<size_t>(bytes)) &&
+      (!two_fit || (world_size - 2) * bytes <= static_cast<int64_t>(kMaxOneExchangeExtraBytes))) {
+    return AllReduceRoute::kOneExchange;
+  }
+  if (two_fit) return AllReduceRoute::kTwoExchanges;
+  return splits ? AllReduceRoute::kRings : AllReduceRoute::kGloo;
+}
+
+std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DType dtype) {
+  const int64_t bytes = count * DTypeBytes(dtype);
+  const internal::Chunks chunks = internal::Chunks::Split(world_size_, count, DTypeBytes(dtype));
+  const AllReduceRoute route = AllReduceRouteOf(count, dtype, world_size_, options_);
+  const bool direct = route == AllReduceRoute::kOneExchange;
+  const bool two_inline = route == AllReduceRoute::kTwoExchanges;
+  const bool split = route == AllReduceRoute::kRings;
   // Inline, each rank sends its whole buffer to every other (one exchange instead of a ring's
   // 2 (world - 1) steps); a ring sends 2 (world - 1) / world of it: split, every chunk but its
   // own in the reduce-scatter and every one but its successor's in the all-gather; in two
@@ -471,7 +487,7 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
                        : split          ? others(rank_, rank_ + 1)
                                         : 2 * (world_size_ - 1) * bytes / world_size_;
   const int64_t received =
-      world_size_ == 1 || !split || two_inline ? sent : others(rank_ + world_size_ - 1, rank_);
+      world_size_ == 1 || !split ? sent : others(rank_ + world_size_ - 1, rank_);
   return Enqueue("all_reduce", sent, received,
                  [this, data, count, dtype, bytes, direct, split, two_inline, chunks] {
                    const auto lead = Next(internal::CollectiveKind::kAllReduce, count, dtype);

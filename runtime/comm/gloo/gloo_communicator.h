@@ -109,6 +109,12 @@ class GlooCommunicator final : public Communicator {
   // rule is extrapolated (not measured where more processes than 4 share 2 cores). Part of the
   // leads' wire version: ranks that choose differently are a mismatch (the lead's phase).
   static constexpr size_t kMaxOneExchangeExtraBytes = size_t{32} << 10;
+  // How an all-reduce of `count` elements travels among `world_size` ranks given `options`: in one
+  // inline exchange, in two (an inline reduce-scatter, then an inline all-gather), along our rings,
+  // or through Gloo's ring all-reduce. Static for collective_bench, which reports the route.
+  enum class AllReduceRoute { kOneExchange, kTwoExchanges, kRings, kGloo };
+  static AllReduceRoute AllReduceRouteOf(int64_t count, DType dtype, int64_t world_size,
+                                         const GlooOptions& options);
 
  private:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, std::unique_ptr<internal::LeadMesh> mesh,
