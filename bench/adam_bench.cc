@@ -266,19 +266,29 @@ int main(int argc, char** argv) {
       }
     }
   }
-  // The peer, when installed: torch.optim.Adam(foreach=True) on the same sizes.
-  if (std::system("python3 -c 'import torch' >/dev/null 2>&1") == 0) {
+  // The peer, when installed: torch.optim.Adam(foreach=True) on the same sizes, from Debian's
+  // /usr/bin/python3 (python3-torch) or else the python3 on the PATH (a GPU machine's).
+  const char* python = nullptr;
+  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
+    const std::string probe = std::string(candidate) + " -c 'import torch' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (python != nullptr) {
     for (int64_t log2 : sizes) {
       for (int64_t t : threads) {
         const std::string cmd =
-            "python3 -c \"import torch,time; torch.set_num_threads(" + std::to_string(t) +
-            "); n=1<<" + std::to_string(log2) +
+            std::string(python) + " -c \"import torch,time; torch.set_num_threads(" +
+            std::to_string(t) + "); n=1<<" + std::to_string(log2) +
             "; p=torch.nn.Parameter(torch.zeros(n)); p.grad=torch.full((n,),0.01); "
             "o=torch.optim.Adam([p],foreach=True); o.step(); b=1e9\n"
             "for _ in range(5):\n s=time.perf_counter(); o.step(); b=min(b,time.perf_counter()-s)\n"
             "print(f'torch 2^" +
             std::to_string(log2) + " threads " + std::to_string(t) +
             ": {n/b/1e9:.3f} Gparams/s')\"";
+        std::fflush(stdout);  // our lines first, then the child's
         if (std::system(cmd.c_str()) != 0) std::printf("torch: run failed\n");
       }
     }
