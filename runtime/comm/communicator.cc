@@ -33,6 +33,10 @@ class WorkGroup final : public Work {
     return failure_;
   }
 
+  void Start() override {
+    for (auto& work : works_) work->Start();
+  }
+
   void Abort(const absl::Status& why) override {
     for (auto& work : works_) work->Abort(why);
   }

@@ -280,6 +280,7 @@ absl::Status ZeroEngine::LaunchGathers(const std::vector<std::pair<int64_t, int6
     segments_[static_cast<size_t>(segment)].gather = gather;
   }
   in_flight->work = gather_comm_->AllGatherGroup(parts, param_dtype());
+  in_flight->work->Start();  // a prefetch: it overlaps the layers computed before it is needed
   return absl::OkStatus();
 }
 
@@ -486,6 +487,7 @@ void ZeroEngine::LaunchHeldReduces() {
   }
   held_buckets_.clear();
   in_flight->work = comm_->ReduceScatterGroup(parts, grad_dtype());
+  in_flight->work->Start();  // overlaps the rest of the backward pass
 }
 
 absl::Status ZeroEngine::AccumulateGrad(int64_t tensor, const float* grad) {

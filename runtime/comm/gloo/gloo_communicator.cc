@@ -7,11 +7,17 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -74,6 +80,9 @@ class GlooWork final : public Work {
     if (op_->done()) return op_->Wait(timeout);
     return owner_->RunOrWait(op_, timeout);
   }
+  void Start() override {
+    if (!op_->done()) owner_->StartInBackground(op_);
+  }
   // The other ranks cannot skip a collective that this one gives up on, so the communicator is
   // aborted with it. A finished op needs nothing (and its communicator may be gone by then: the
   // destructor finishes every op).
@@ -116,6 +125,11 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: rank ", rank, " is out of range for world size ", world_size));
   }
+  if (options.unclaimed_grace < absl::ZeroDuration() || options.unclaimed_grace > absl::Hours(24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: unclaimed_grace must be from 0 to 24h, not ",
+                     absl::FormatDuration(options.unclaimed_grace)));
+  }
   IgnoreSigpipe();
   try {
     gloo::transport::tcp::attr attr(options.hostname.c_str());
@@ -155,7 +169,14 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
       world_size_(world_size),
       options_(std::move(options)),
       leads_(std::move(mesh), rank, world_size, LeadOptionsOf(options_), Millis(options_.timeout)),
-      thread_([this] { Loop(); }) {}
+      unclaimed_grace_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          absl::ToChronoNanoseconds(options_.unclaimed_grace))),
+      loop_timer_fd_(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC)) {
+  if (loop_timer_fd_ < 0) {
+    throw std::system_error(errno, std::generic_category(), "timerfd_create");
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
 
 GlooCommunicator::~GlooCommunicator() {
   Abort(absl::CancelledError("communicator destroyed"));
@@ -165,10 +186,11 @@ GlooCommunicator::~GlooCommunicator() {
     // A caller running a collective (RunOrWait) leaves it at once now the transport is
     // closed; it still touches this object until then.
     mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !executing_; });
+    // The collective thread finds stopping_ at its next look (the queue is empty: Abort took it).
+    WakeLoopBy(std::chrono::steady_clock::now());
   }
-  // The collective thread finds stopping_ at its next look (the queue is empty: Abort took it).
-  WakeLoop(true);
   thread_.join();
+  ::close(loop_timer_fd_);
 }
 
 std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, int64_t received,
@@ -187,54 +209,67 @@ std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, 
     op->index = ++queued_;
     op->queued_at = std::chrono::steady_clock::now();
     queue_.push_back(op);
+    // Most often the caller waits at once and runs it itself, which stops the timer again.
+    WakeLoopBy(op->queued_at + unclaimed_grace_);
   }
-  WakeLoop(false);
   return std::make_unique<GlooWork>(this, op);
 }
 
-void GlooCommunicator::WakeLoop(bool now) {
-  // Armed, the collective thread looks at the queue by itself: no wake-up needed, unless a
-  // collective must not wait until the front one falls due.
-  if (loop_armed_.exchange(true) && !now) return;
-  MutexLock lock(&loop_mu_);
-  ++loop_wakes_;
+void GlooCommunicator::WakeLoopBy(std::chrono::steady_clock::time_point at) {
+  if (loop_due_ && *loop_due_ <= at) return;
+  // Absolute on the monotonic clock (steady_clock's); a time already past fires at once. Never
+  // all zero, which would stop the timer instead.
+  const auto since_boot = at.time_since_epoch();
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(since_boot);
+  itimerspec spec{};
+  spec.it_value.tv_sec = static_cast<time_t>(seconds.count());
+  spec.it_value.tv_nsec = static_cast<long>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(since_boot - seconds).count());
+  if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+  if (::timerfd_settime(loop_timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr) != 0) {
+    // Only a bad descriptor or value fails it, neither of which this passes: a broken invariant.
+    std::perror("zerod: timerfd_settime (the collective thread's timer)");
+    std::abort();
+  }
+  loop_due_ = at;
+}
+
+void GlooCommunicator::DisarmLoop() {
+  if (!loop_due_) return;
+  const itimerspec stop{};
+  (void)::timerfd_settime(loop_timer_fd_, 0, &stop, nullptr);
+  loop_due_.reset();
 }
 
 void GlooCommunicator::Loop() {
-  int64_t seen = 0;
-  std::optional<std::chrono::steady_clock::time_point> look_at;  // when the front one falls due
   for (;;) {
-    {
-      MutexLock lock(&loop_mu_);
-      const auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_mu_) {
-        return loop_wakes_ != seen;
-      };
-      if (look_at) {
-        loop_mu_.AwaitWithTimeout(woken,
-                                  absl::FromChrono(*look_at - std::chrono::steady_clock::now()));
-      } else {
-        loop_mu_.Await(woken);
-      }
-      seen = loop_wakes_;
+    uint64_t fired = 0;
+    // Blocks until the timer fires (a firing stopped since makes a look at nothing).
+    while (::read(loop_timer_fd_, &fired, sizeof(fired)) < 0 && errno == EINTR) {
     }
-    // From here on, a collective queued or left behind wakes this thread again.
-    loop_armed_.store(false);
-    look_at.reset();
     MutexLock lock(&mu_);
+    // Whatever is queued now is looked at below; a collective queued later sets the timer again.
+    loop_due_.reset();
     while (!queue_.empty() && !executing_) {
-      const auto due = queue_.front()->queued_at + kUnclaimedGrace;
+      const auto due = queue_.front()->queued_at + unclaimed_grace_;
       if (!stopping_ && queue_.front()->index > wanted_through_ &&
           std::chrono::steady_clock::now() < due) {
-        // Still the caller's to run; this thread comes back when it falls due, and need not be
-        // woken meanwhile (mu_ is held: nothing was queued since the look).
-        look_at = due;
-        loop_armed_.store(true);
+        // Still the caller's to run: look again when it falls due.
+        WakeLoopBy(due);
         break;
       }
       RunFront();
     }
     if (stopping_ && queue_.empty()) return;
   }
+}
+
+void GlooCommunicator::StartInBackground(const std::shared_ptr<Op>& op) {
+  MutexLock lock(&mu_);
+  if (op->started || op->index <= wanted_through_ || !aborted_.ok()) return;
+  // It and every collective queued before it (they run in call order).
+  wanted_through_ = op->index;
+  WakeLoopBy(std::chrono::steady_clock::now());
 }
 
 absl::Status GlooCommunicator::RunOrWait(const std::shared_ptr<Op>& op, absl::Duration timeout) {
@@ -245,7 +280,6 @@ absl::Status GlooCommunicator::RunOrWait(const std::shared_ptr<Op>& op, absl::Du
   // thread's took 4 ms in most runs (collective_bench, three alternating runs). Only when the
   // caller would wait as long as the collective may take (Gloo's own waits have that timeout).
   const absl::Time deadline = absl::Now() + timeout;
-  bool wake = false;
   {
     MutexLock lock(&mu_);
     // Each collective run here may take Gloo's timeout: only while that much of the caller's is
@@ -267,10 +301,9 @@ absl::Status GlooCommunicator::RunOrWait(const std::shared_ptr<Op>& op, absl::Du
     // together, as a WorkGroup's, they are waited for one after the other).
     if (!op->started && op->index > wanted_through_) {
       wanted_through_ = queued_;
-      wake = true;
+      WakeLoopBy(std::chrono::steady_clock::now());
     }
   }
-  if (wake) WakeLoop(true);
   // Not under mu_: the thread running it takes mu_ to finish it.
   return op->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
 }
@@ -317,7 +350,14 @@ void GlooCommunicator::RunFront() {
   // Only now, with Gloo done with the op's buffers, may its waiters free them.
   op->Finish(status);
   // Queued behind it while it ran: the collective thread may have looked and found it running.
-  if (!queue_.empty()) WakeLoop(false);
+  // Nothing queued: the timer set for this one need not fire.
+  if (queue_.empty()) {
+    DisarmLoop();
+  } else {
+    const Op& front = *queue_.front();
+    WakeLoopBy(front.index <= wanted_through_ ? std::chrono::steady_clock::now()
+                                              : front.queued_at + unclaimed_grace_);
+  }
 }
 
 void GlooCommunicator::CloseConnections() {

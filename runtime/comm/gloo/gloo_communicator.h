@@ -62,6 +62,16 @@ struct GlooOptions {
   // alternating runs; docs/ARCHITECTURE.md, "The order check rides in each collective's first
   // message"); 0 turns it off.
   int64_t split_all_reduce_max_bytes = std::numeric_limits<int64_t>::max();
+  // A collective that nobody started (Work::Start) or waited for runs on the collective thread
+  // once it has been queued this long: a safety net, as the engine starts what it issues to
+  // overlap with its work, and a caller that waits at once runs its collective itself
+  // (GlooCommunicator::RunOrWait) without the collective thread waking at all. Queueing sets that
+  // thread's timer to the due time and the caller that empties the queue stops it. Waking the
+  // thread at every queueing instead (to set a 200 us timeout of its own), or setting the timer
+  // that close, cost 4 KiB and 64 KiB collectives at 3-4 ranks, where the processes share 2
+  // cores, 1.2-1.8x their time (collective_bench, three alternating runs): on the development VM
+  // a timer due before the kernel's next tick costs 6 us to set and stop, against 0.9 us at 2 ms.
+  absl::Duration unclaimed_grace = absl::Milliseconds(5);
 };
 
 class GlooCommunicator final : public Communicator {
@@ -100,7 +110,9 @@ class GlooCommunicator final : public Communicator {
   // while the caller has Gloo's timeout left to wait, else has the collective thread run them at
   // once; then waits for it.
   absl::Status RunOrWait(const std::shared_ptr<Op>& op, absl::Duration timeout)
-      ABSL_LOCKS_EXCLUDED(mu_, loop_mu_);
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // For Work::Start: has the collective thread run `op`, and those queued before it, at once.
+  void StartInBackground(const std::shared_ptr<Op>& op) ABSL_LOCKS_EXCLUDED(mu_);
 
   // An all-reduce that fits in one inline exchange and in two (AllReduce) takes one while it sends
   // at most this many bytes more that way. collective_bench, three alternating runs, one exchange
@@ -121,11 +133,14 @@ class GlooCommunicator final : public Communicator {
                    int64_t rank, int64_t world_size, GlooOptions options);
   std::unique_ptr<Work> Enqueue(std::string name, int64_t sent, int64_t received,
                                 std::function<void()> body);
-  // The collective thread: runs, in order, what no caller took within kUnclaimedGrace of queueing
-  // it (a collective issued to overlap with work and waited for later).
-  void Loop() ABSL_LOCKS_EXCLUDED(mu_, loop_mu_);
-  // Has the collective thread look at the queue: `now`, or when it is not set to already.
-  void WakeLoop(bool now) ABSL_LOCKS_EXCLUDED(loop_mu_);
+  // The collective thread: runs, in order, what no caller took within options_.unclaimed_grace of
+  // queueing it (a collective issued to overlap with work and waited for later).
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Has the collective thread look at the queue by `at` (at once if that has passed): sets its
+  // timer unless it is set to fire by then already.
+  void WakeLoopBy(std::chrono::steady_clock::time_point at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the collective thread's timer: nothing is queued for it to look at.
+  void DisarmLoop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pops the first queued collective and runs it, with mu_ released meanwhile.
   void RunFront() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the connection to every peer, failing each Gloo wait in flight.
@@ -203,31 +218,25 @@ class GlooCommunicator final : public Communicator {
   bool executing_ ABSL_GUARDED_BY(mu_) = false;
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // collectives queued so far (an Op's index)
   // Collectives up to this index are waited for by callers that do not run them: the collective
-  // thread runs them without waiting for a caller (kUnclaimedGrace).
+  // thread runs them without waiting for a caller (unclaimed_grace_).
   int64_t wanted_through_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int64_t> sent_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> received_ ABSL_GUARDED_BY(mu_);
   int64_t sequence_ = 0;          // collectives started; by the thread running a collective
   std::vector<char> staging_[2];  // Staging(); by the thread running a collective
 
-  // How long a queued collective waits for a caller to run it before the collective thread does.
-  // A caller that waits at once runs it itself (RunOrWait); the collective thread is woken only
-  // when it is not set to look already (loop_armed_), not by every release of mu_ as a waiter on
-  // mu_ was (three per collective), and no longer takes a collective from the caller about to
-  // wait for it. A 4 KiB all-reduce at 2 ranks went from 12.7-21.5 us to 9.2-9.9 us
-  // (collective_bench, two runs each way); at 3-4 ranks, where the processes share 2 cores, no
-  // change beyond the noise.
-  static constexpr std::chrono::microseconds kUnclaimedGrace{200};
+  // options_.unclaimed_grace, on the queue's clock.
+  const std::chrono::steady_clock::duration unclaimed_grace_;
   // How far past its deadline a caller may be held by running a collective itself (when one that
   // ran ahead of it took Gloo's whole timeout). A caller that waits as long as the communicator's
   // timeout runs its collective itself though a small one ran first: handing it to the collective
   // thread cost a 4 KiB all-reduce at 2 ranks 15-19 us where it took 9-11 us.
   static constexpr absl::Duration kCallerOverrun = absl::Milliseconds(100);
-  // The collective thread's wake-ups, apart from mu_ so that its releases do not wake it.
-  Mutex loop_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  int64_t loop_wakes_ ABSL_GUARDED_BY(loop_mu_) = 0;
-  // True while the collective thread is sure to look at the queue without a wake-up.
-  std::atomic<bool> loop_armed_{false};
+  // The collective thread sleeps reading this timerfd (CLOCK_MONOTONIC, steady_clock's clock),
+  // apart from mu_ so that its releases do not wake it; set under mu_.
+  const int loop_timer_fd_;
+  // When the timer is set to fire, while it is (its last firing not yet looked at counts too).
+  std::optional<std::chrono::steady_clock::time_point> loop_due_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -1030,6 +1030,32 @@ TEST(GlooCollectivePaths, ACollectiveNobodyWaitsForYetStillRuns) {
   }
 }
 
+// A collective started (Work::Start, as the engine starts its prefetches) runs on the collective
+// thread at once, though nobody waits for it and its grace is an hour: each rank sees its bytes
+// counted before it waits.
+TEST(GlooCollectivePaths, AStartedCollectiveRunsBeforeAnyoneWaits) {
+  GlooOptions options;
+  options.unclaimed_grace = absl::Hours(1);
+  for (const int64_t n : {int64_t{8}, 4 * kInlineFloats}) {
+    SCOPED_TRACE(testing::Message() << n << " floats");
+    OnRanks(
+        2,
+        [&](int64_t r, Communicator& c) {
+          std::vector<float> data(static_cast<size_t>(n), 1.0f + static_cast<float>(r));
+          auto work = c.AllReduce(data.data(), n, DType::kFloat32);
+          work->Start();
+          const absl::Time deadline = absl::Now() + absl::Seconds(20);
+          while (c.BytesSent().count("all_reduce") == 0 && absl::Now() < deadline) {
+            absl::SleepFor(absl::Milliseconds(1));
+          }
+          EXPECT_EQ(c.BytesSent().count("all_reduce"), 1u) << "not run within 20 s of Start";
+          EXPECT_TRUE(work->Wait(absl::Seconds(30)).ok());
+          EXPECT_EQ(std::count(data.begin(), data.end(), 3.0f), n);
+        },
+        absl::Seconds(60), -1, options);
+  }
+}
+
 // A waiter that finds its collective already running on the collective thread (it waited too late
 // to run it itself) lets that thread finish it: the thread takes the communicator's lock to.
 TEST(GlooCollectivePaths, AWaiterForACollectiveTheCollectiveThreadRunsDoesNotBlockIt) {
@@ -1040,8 +1066,8 @@ TEST(GlooCollectivePaths, AWaiterForACollectiveTheCollectiveThreadRunsDoesNotBlo
         std::vector<float> data(static_cast<size_t>(n), 1.0f);
         if (r == 1) absl::SleepFor(absl::Seconds(1));
         auto work = c.AllReduce(data.data(), n, DType::kFloat32);
-        // Rank 0's collective thread takes it (no caller within 200 us; 300 ms leave a loaded
-        // machine room) and waits in it for rank 1.
+        // Rank 0's collective thread takes it (no caller within the 5 ms grace; 300 ms leave a
+        // loaded machine room) and waits in it for rank 1.
         if (r == 0) absl::SleepFor(absl::Milliseconds(300));
         EXPECT_TRUE(work->Wait(absl::Seconds(30)).ok());
         EXPECT_EQ(std::count(data.begin(), data.end(), 2.0f), n);

@@ -6,12 +6,14 @@
 #include <signal.h>
 
 #include <functional>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/comm/in_memory_store.h"
 #include "runtime/common/half.h"
 #include "runtime/common/mutex.h"
 #include "tests/runtime/comm/gloo_ranks.h"
@@ -183,6 +185,17 @@ TEST(GlooCommunicator, AbortingOneWorkAbortsTheCommunicator) {
 }
 
 // Gloo writes with writev: without this a write to a peer that closed its end kills the process.
+TEST(GlooCommunicator, AGraceOutOfRangeIsNamed) {
+  for (const absl::Duration grace : {absl::Milliseconds(-1), absl::Hours(25)}) {
+    GlooOptions options;
+    options.unclaimed_grace = grace;
+    auto comm = GlooCommunicator::Create(std::make_shared<InMemoryStore>(), 0, 1, options);
+    ASSERT_FALSE(comm.ok());
+    EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(comm.status().message()), HasSubstr("unclaimed_grace"));
+  }
+}
+
 TEST(GlooCommunicator, CreatingOneIgnoresSigpipeUnlessTheProgramHandlesIt) {
   OnRanks(1, [&](int64_t, Communicator&) {});
   struct sigaction current {};
