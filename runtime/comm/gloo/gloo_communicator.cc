@@ -6,6 +6,7 @@
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@ struct GlooCommunicator::Op {
   std::string name;
   int64_t sent = 0;
   int64_t received = 0;
+  bool leads_only = false;  // travels on the lead connections alone (Enqueue)
   std::function<void()> body;
   // Under the communicator's mu_: its place in call order, when it was queued, and whether a
   // thread has taken it.
@@ -113,6 +115,14 @@ std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
+// The CPUs this process may run on (its affinity mask: a container's or taskset's limit).
+int64_t CpusAvailable() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
+
 internal::LeadOptions LeadOptionsOf(const GlooOptions& options) {
   return {options.lead_all_to_all_max_world, options.split_all_reduce_max_bytes};
 }
@@ -171,6 +181,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
       leads_(std::move(mesh), rank, world_size, LeadOptionsOf(options_), Millis(options_.timeout)),
       unclaimed_grace_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           absl::ToChronoNanoseconds(options_.unclaimed_grace))),
+      caller_spin_(world_size <= CpusAvailable() ? kCallerSpin : std::chrono::microseconds(0)),
       loop_timer_fd_(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC)) {
   if (loop_timer_fd_ < 0) {
     throw std::system_error(errno, std::generic_category(), "timerfd_create");
@@ -194,11 +205,12 @@ GlooCommunicator::~GlooCommunicator() {
 }
 
 std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, int64_t received,
-                                                std::function<void()> body) {
+                                                bool leads_only, std::function<void()> body) {
   auto op = std::make_shared<Op>();
   op->name = absl::StrCat(name, " on rank ", rank_);
   op->sent = sent;
   op->received = received;
+  op->leads_only = leads_only;
   op->body = std::move(body);
   {
     MutexLock lock(&mu_);
@@ -258,7 +270,7 @@ void GlooCommunicator::Loop() {
         WakeLoopBy(due);
         break;
       }
-      RunFront();
+      RunFront(/*on_callers_thread=*/false);
     }
     if (stopping_ && queue_.empty()) return;
   }
@@ -294,7 +306,7 @@ absl::Status GlooCommunicator::RunOrWait(const std::shared_ptr<Op>& op, absl::Du
       // Not started with nothing queued: an abort finished it.
       if (!turn || op->started || queue_.empty()) break;
       if (!may_run()) break;
-      RunFront();
+      RunFront(/*on_callers_thread=*/true);
     }
     // A caller that may give up sooner cannot run it (inside Gloo it could not leave before Gloo's
     // timeout): the collective thread runs it at once, with every one queued so far (issued
@@ -308,12 +320,15 @@ absl::Status GlooCommunicator::RunOrWait(const std::shared_ptr<Op>& op, absl::Du
   return op->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
 }
 
-void GlooCommunicator::RunFront() {
+void GlooCommunicator::RunFront(bool on_callers_thread) {
   std::shared_ptr<Op> op = queue_.front();
   queue_.pop_front();
   op->started = true;
   executing_ = true;
   mu_.Unlock();
+  // A caller would only sleep meanwhile; the collective thread runs beside the caller's work.
+  const bool spin = on_callers_thread && op->leads_only;
+  leads_.SetSpin(spin ? caller_spin_ : std::chrono::microseconds(0));
   absl::Status status;
   try {
     op->body();
@@ -528,7 +543,7 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
                                         : 2 * (world_size_ - 1) * bytes / world_size_;
   const int64_t received =
       world_size_ == 1 || !split ? sent : others(rank_ + world_size_ - 1, rank_);
-  return Enqueue("all_reduce", sent, received,
+  return Enqueue("all_reduce", sent, received, /*leads_only=*/direct || two_inline,
                  [this, data, count, dtype, bytes, direct, split, two_inline, chunks] {
                    const auto lead = Next(internal::CollectiveKind::kAllReduce, count, dtype);
                    if (world_size_ == 1) return;
@@ -983,18 +998,19 @@ std::unique_ptr<Work> GlooCommunicator::EnqueueGroup(const char* name,
   const GroupShape shape(buffers, dtype);
   const int64_t moved = (world_size_ - 1) * static_cast<int64_t>(shape.peer_bytes);
   const bool direct = leads_.CarriesInline(shape.peer_bytes);
-  return Enqueue(name, moved, moved, [this, kind, buffers, shape, dtype, direct, body] {
-    const auto lead = NextGroup(kind, shape.counts, shape.chunk_count, dtype);
-    if (world_size_ == 1) return;
-    const std::vector<RingPart> parts = RingParts(buffers, dtype);
-    if (direct) {
-      body(lead, parts, shape.peer_bytes);
-    } else {
-      leads_.Exchange(lead, nullptr);
-      leads_.Release();
-      body(std::nullopt, parts, shape.peer_bytes);
-    }
-  });
+  return Enqueue(name, moved, moved, /*leads_only=*/direct,
+                 [this, kind, buffers, shape, dtype, direct, body] {
+                   const auto lead = NextGroup(kind, shape.counts, shape.chunk_count, dtype);
+                   if (world_size_ == 1) return;
+                   const std::vector<RingPart> parts = RingParts(buffers, dtype);
+                   if (direct) {
+                     body(lead, parts, shape.peer_bytes);
+                   } else {
+                     leads_.Exchange(lead, nullptr);
+                     leads_.Release();
+                     body(std::nullopt, parts, shape.peer_bytes);
+                   }
+                 });
 }
 
 std::unique_ptr<Work> GlooCommunicator::ReduceScatterGroup(
@@ -1050,7 +1066,7 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
   // otherwise the root sends it to every other rank (inline), or is counted as if it did (tree).
   const bool sends_once = chain && (rank_ + 1) % world_size_ != root;
   const int64_t sent = chain ? (sends_once ? bytes : 0) : is_root ? (world_size_ - 1) * bytes : 0;
-  return Enqueue("broadcast", sent, is_root ? 0 : bytes,
+  return Enqueue("broadcast", sent, is_root ? 0 : bytes, /*leads_only=*/direct,
                  [this, data, count, dtype, bytes, root, is_root, direct, chain] {
                    const auto lead = Next(internal::CollectiveKind::kBroadcast, count, dtype, root);
                    if (world_size_ == 1) return;
@@ -1090,7 +1106,7 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
 }
 
 std::unique_ptr<Work> GlooCommunicator::Barrier() {
-  return Enqueue("barrier", 0, 0, [this] {
+  return Enqueue("barrier", 0, 0, /*leads_only=*/leads_.all_to_all(), [this] {
     const auto lead = Next(internal::CollectiveKind::kBarrier, 0, DType::kFloat32);
     if (world_size_ == 1) return;
     leads_.Exchange(lead, nullptr);

@@ -163,6 +163,10 @@ void LeadExchange::Close() {
   if (mesh_ != nullptr) mesh_->Close();
 }
 
+void LeadExchange::SetSpin(std::chrono::microseconds spin) {
+  if (mesh_ != nullptr) mesh_->SetSpin(spin);
+}
+
 bool LeadExchange::Sends(int from, int to, const CollectiveDescriptor& d) const {
   // Only a broadcast that goes inline or along the chain is sparse: its data comes in the root's
   // lead or from the predecessor, whose leads every receiver checks. A larger one goes through

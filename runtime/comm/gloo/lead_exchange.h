@@ -177,6 +177,8 @@ class LeadExchange {
   // Closes the lead connections: a wait on a lead, now or next, fails here, and the peers' fail
   // at once. Any thread.
   void Close();
+  // LeadMesh::SetSpin, for the collectives the calling thread runs next.
+  void SetSpin(std::chrono::microseconds spin);
 
  private:
   struct Peer;

@@ -55,6 +55,9 @@ class LeadMesh {
   void Flush(std::chrono::milliseconds timeout);
   // Shuts every connection down and wakes a wait; any thread, any number of times.
   void Close();
+  // How long a wait polls without blocking before it sleeps (0: it sleeps at once). By the
+  // thread running the collective, for its waits.
+  void SetSpin(std::chrono::microseconds spin) { spin_ = spin; }
 
  private:
   struct Peer;
@@ -73,6 +76,7 @@ class LeadMesh {
   const int wake_fd_;  // an eventfd Close() writes to
   const size_t max_frame_;
   std::atomic<bool> closed_{false};
+  std::chrono::microseconds spin_{0};
 };
 
 }  // namespace zerod::comm::internal

@@ -40,10 +40,11 @@ std::vector<int> Others(int rank, int world) {
   return peers;
 }
 
-// Connects `world` ranks (rank r with a frame limit of limits[r], kMaxFrame if not given) and
-// runs body(rank, mesh) on each at once.
+// Connects `world` ranks (rank r with a frame limit of limits[r], kMaxFrame if not given; every
+// wait spinning `spin` first) and runs body(rank, mesh) on each at once.
 void OnMesh(int world, const std::function<void(int, LeadMesh&)>& body,
-            std::vector<size_t> limits = {}) {
+            std::vector<size_t> limits = {},
+            std::chrono::microseconds spin = std::chrono::microseconds(0)) {
   InMemoryStore store;
   limits.resize(world, kMaxFrame);
   std::vector<std::thread> threads;
@@ -52,6 +53,7 @@ void OnMesh(int world, const std::function<void(int, LeadMesh&)>& body,
       auto mesh = LeadMesh::Connect(store, "m/", r, Others(r, world), "127.0.0.1", limits[r],
                                     absl::Seconds(30));
       ASSERT_TRUE(mesh.ok()) << mesh.status();
+      (*mesh)->SetSpin(spin);
       body(r, **mesh);
     });
   }
@@ -70,23 +72,36 @@ void Send(LeadMesh& mesh, int peer, const std::vector<char>& frame) {
   mesh.Send(peer, frame.data(), header, frame.data() + header, frame.size() - header);
 }
 
+// Waits that spin before they sleep (LeadMesh::SetSpin) and waits that sleep at once.
+constexpr std::chrono::microseconds kSpins[] = {std::chrono::microseconds(0),
+                                                std::chrono::microseconds(50)};
+// A spin far longer than the waits below: it must end at their deadline or a Close all the same.
+constexpr std::chrono::microseconds kEndlessSpin = std::chrono::seconds(20);
+
 TEST(LeadMesh, FramesArriveInOrderWhileEveryRankWritesFirst) {
   // 4 MiB to each peer before anyone reads: far more than a socket takes, so sends queue and are
   // written while the rank waits for its own frames.
   const int frames = 64;
-  OnMesh(3, [&](int r, LeadMesh& mesh) {
-    for (int i = 0; i < frames; ++i) {
-      for (int peer : Others(r, 3)) Send(mesh, peer, Frame(r, peer, i, i == 0 ? 0 : kMaxFrame - i));
-    }
-    std::vector<char> got;
-    for (int i = 0; i < frames; ++i) {
-      for (int peer : Others(r, 3)) {
-        mesh.Receive(peer, got, kLong);
-        ASSERT_EQ(got, Frame(peer, r, i, i == 0 ? 0 : kMaxFrame - i)) << "frame " << i;
-      }
-    }
-    mesh.Flush(kLong);
-  });
+  for (const auto spin : kSpins) {
+    SCOPED_TRACE(testing::Message() << "spin " << spin.count() << " us");
+    OnMesh(
+        3,
+        [&](int r, LeadMesh& mesh) {
+          for (int i = 0; i < frames; ++i) {
+            for (int peer : Others(r, 3))
+              Send(mesh, peer, Frame(r, peer, i, i == 0 ? 0 : kMaxFrame - i));
+          }
+          std::vector<char> got;
+          for (int i = 0; i < frames; ++i) {
+            for (int peer : Others(r, 3)) {
+              mesh.Receive(peer, got, kLong);
+              ASSERT_EQ(got, Frame(peer, r, i, i == 0 ? 0 : kMaxFrame - i)) << "frame " << i;
+            }
+          }
+          mesh.Flush(kLong);
+        },
+        {}, spin);
+  }
 }
 
 // Frames longer than 16 KiB that are not all in when their length is read skip the inbox and are
@@ -214,46 +229,60 @@ TEST(LeadMesh, APeersFramesAreTakenAfterItClosesThenItsCloseIsNamed) {
 }
 
 TEST(LeadMesh, CloseWakesAWaitHereAndThePeersAtOnce) {
-  OnMesh(2, [&](int r, LeadMesh& mesh) {
-    std::vector<char> got;
-    const auto start = std::chrono::steady_clock::now();
-    if (r == 0) {
-      std::thread closer([&] {
-        std::this_thread::sleep_for(milliseconds(100));
-        mesh.Close();
-      });
-      EXPECT_THROW(mesh.Receive(1, got, kLong), std::runtime_error);
-      closer.join();
-      EXPECT_THROW(Send(mesh, 1, Frame(0, 1, 0, 10)), std::runtime_error);
-    } else {
-      try {
-        mesh.Receive(0, got, kLong);
-        ADD_FAILURE() << "a closed peer's lead was taken";
-      } catch (const std::runtime_error& e) {
-        EXPECT_THAT(e.what(), HasSubstr("rank 0 closed its lead connection"));
-      }
-    }
-    // Woken, not timed out (kLong is 30 s).
-    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(10000));
-  });
+  for (const auto spin : {std::chrono::microseconds(0), kEndlessSpin}) {
+    SCOPED_TRACE(testing::Message() << "spin " << spin.count() << " us");
+    OnMesh(
+        2,
+        [&](int r, LeadMesh& mesh) {
+          std::vector<char> got;
+          const auto start = std::chrono::steady_clock::now();
+          if (r == 0) {
+            std::thread closer([&] {
+              std::this_thread::sleep_for(milliseconds(100));
+              mesh.Close();
+            });
+            EXPECT_THROW(mesh.Receive(1, got, kLong), std::runtime_error);
+            closer.join();
+            EXPECT_THROW(Send(mesh, 1, Frame(0, 1, 0, 10)), std::runtime_error);
+          } else {
+            try {
+              mesh.Receive(0, got, kLong);
+              ADD_FAILURE() << "a closed peer's lead was taken";
+            } catch (const std::runtime_error& e) {
+              EXPECT_THAT(e.what(), HasSubstr("rank 0 closed its lead connection"));
+            }
+          }
+          // Woken, not timed out (kLong is 30 s) nor spun out (20 s).
+          EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(10000));
+        },
+        {}, spin);
+  }
 }
 
 TEST(LeadMesh, AWaitForALeadThatNeverComesTimesOutNamingThePeer) {
-  std::latch done(1);
-  OnMesh(2, [&](int r, LeadMesh& mesh) {
-    if (r == 1) {
-      done.wait();  // sends nothing, and stays connected until rank 0 is done
-      return;
-    }
-    std::vector<char> got;
-    try {
-      mesh.Receive(1, got, milliseconds(50));
-      ADD_FAILURE() << "no lead came, yet one was taken";
-    } catch (const std::runtime_error& e) {
-      EXPECT_THAT(e.what(), HasSubstr("no lead from rank 1 within 50 ms"));
-    }
-    done.count_down();
-  });
+  for (const auto spin : {std::chrono::microseconds(0), kEndlessSpin}) {
+    SCOPED_TRACE(testing::Message() << "spin " << spin.count() << " us");
+    std::latch done(1);
+    OnMesh(
+        2,
+        [&](int r, LeadMesh& mesh) {
+          if (r == 1) {
+            done.wait();  // sends nothing, and stays connected until rank 0 is done
+            return;
+          }
+          std::vector<char> got;
+          const auto start = std::chrono::steady_clock::now();
+          try {
+            mesh.Receive(1, got, milliseconds(50));
+            ADD_FAILURE() << "no lead came, yet one was taken";
+          } catch (const std::runtime_error& e) {
+            EXPECT_THAT(e.what(), HasSubstr("no lead from rank 1 within 50 ms"));
+          }
+          EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(10000));
+          done.count_down();
+        },
+        {}, spin);
+  }
 }
 
 }  // namespace
