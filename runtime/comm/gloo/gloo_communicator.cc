@@ -115,7 +115,9 @@ std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
-// The CPUs this process may run on (its affinity mask: a container's or taskset's limit).
+// The CPUs the calling thread may run on (its affinity mask, which is the process's unless the
+// thread was pinned: a container's or taskset's limit). 1 when it cannot be read (more than
+// CPU_SETSIZE CPUs), which errs towards sleeping rather than spinning.
 int64_t CpusAvailable() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -186,7 +188,12 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
   if (loop_timer_fd_ < 0) {
     throw std::system_error(errno, std::generic_category(), "timerfd_create");
   }
-  thread_ = std::thread([this] { Loop(); });
+  try {
+    thread_ = std::thread([this] { Loop(); });
+  } catch (...) {
+    ::close(loop_timer_fd_);  // the destructor does not run for an object never built
+    throw;
+  }
 }
 
 GlooCommunicator::~GlooCommunicator() {
@@ -311,7 +318,7 @@ absl::Status GlooCommunicator::RunOrWait(const std::shared_ptr<Op>& op, absl::Du
     // A caller that may give up sooner cannot run it (inside Gloo it could not leave before Gloo's
     // timeout): the collective thread runs it at once, with every one queued so far (issued
     // together, as a WorkGroup's, they are waited for one after the other).
-    if (!op->started && op->index > wanted_through_) {
+    if (!op->started && op->index > wanted_through_ && aborted_.ok()) {
       wanted_through_ = queued_;
       WakeLoopBy(std::chrono::steady_clock::now());
     }

@@ -26,7 +26,6 @@
 
 #include <gloo/transport/unbound_buffer.h>
 
-#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -69,7 +68,7 @@ struct GlooOptions {
   // thread's timer to the due time and the caller that empties the queue stops it. Waking the
   // thread at every queueing instead (to set a 200 us timeout of its own), or setting the timer
   // that close, cost 4 KiB and 64 KiB collectives at 3-4 ranks, where the processes share 2
-  // cores, 1.2-1.8x their time (collective_bench, three alternating runs): on the development VM
+  // cores, 1.2-2.0x their time (collective_bench, three alternating runs): on the development VM
   // a timer due before the kernel's next tick costs 6 us to set and stop, against 0.9 us at 2 ms.
   absl::Duration unclaimed_grace = absl::Milliseconds(5);
 };
@@ -131,8 +130,8 @@ class GlooCommunicator final : public Communicator {
  private:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, std::unique_ptr<internal::LeadMesh> mesh,
                    int64_t rank, int64_t world_size, GlooOptions options);
-  // `leads_only`: the collective travels on the lead connections alone (inline, or a barrier),
-  // so a caller running it may spin on them (caller_spin_).
+  // `leads_only`: the collective travels on the lead connections alone (inline, or an all-to-all
+  // barrier), so a caller running it may spin on them (caller_spin_).
   std::unique_ptr<Work> Enqueue(std::string name, int64_t sent, int64_t received, bool leads_only,
                                 std::function<void()> body);
   // The collective thread: runs, in order, what no caller took within options_.unclaimed_grace of

@@ -184,7 +184,6 @@ TEST(GlooCommunicator, AbortingOneWorkAbortsTheCommunicator) {
   });
 }
 
-// Gloo writes with writev: without this a write to a peer that closed its end kills the process.
 TEST(GlooCommunicator, AGraceOutOfRangeIsNamed) {
   for (const absl::Duration grace : {absl::Milliseconds(-1), absl::Hours(25)}) {
     GlooOptions options;
@@ -196,6 +195,7 @@ TEST(GlooCommunicator, AGraceOutOfRangeIsNamed) {
   }
 }
 
+// Gloo writes with writev: without this a write to a peer that closed its end kills the process.
 TEST(GlooCommunicator, CreatingOneIgnoresSigpipeUnlessTheProgramHandlesIt) {
   OnRanks(1, [&](int64_t, Communicator&) {});
   struct sigaction current {};
