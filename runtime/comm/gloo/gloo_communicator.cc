@@ -229,7 +229,7 @@ std::unique_ptr<Work> GlooCommunicator::Enqueue(std::string name, int64_t sent, 
     op->queued_at = std::chrono::steady_clock::now();
     queue_.push_back(op);
     // Most often the caller waits at once and runs it itself, which stops the timer again.
-    WakeLoopBy(op->queued_at + unclaimed_grace_);
+    WakeLoopBy(DueAt(*op));
   }
   return std::make_unique<GlooWork>(this, op);
 }
@@ -253,6 +253,11 @@ void GlooCommunicator::WakeLoopBy(std::chrono::steady_clock::time_point at) {
   loop_due_ = at;
 }
 
+std::chrono::steady_clock::time_point GlooCommunicator::DueAt(const Op& op) const {
+  if (stopping_ || op.index <= wanted_through_) return std::chrono::steady_clock::now();
+  return op.queued_at + unclaimed_grace_;
+}
+
 void GlooCommunicator::DisarmLoop() {
   if (!loop_due_) return;
   const itimerspec stop{};
@@ -270,9 +275,8 @@ void GlooCommunicator::Loop() {
     // Whatever is queued now is looked at below; a collective queued later sets the timer again.
     loop_due_.reset();
     while (!queue_.empty() && !executing_) {
-      const auto due = queue_.front()->queued_at + unclaimed_grace_;
-      if (!stopping_ && queue_.front()->index > wanted_through_ &&
-          std::chrono::steady_clock::now() < due) {
+      const auto due = DueAt(*queue_.front());
+      if (std::chrono::steady_clock::now() < due) {
         // Still the caller's to run: look again when it falls due.
         WakeLoopBy(due);
         break;
@@ -376,9 +380,7 @@ void GlooCommunicator::RunFront(bool on_callers_thread) {
   if (queue_.empty()) {
     DisarmLoop();
   } else {
-    const Op& front = *queue_.front();
-    WakeLoopBy(front.index <= wanted_through_ ? std::chrono::steady_clock::now()
-                                              : front.queued_at + unclaimed_grace_);
+    WakeLoopBy(DueAt(*queue_.front()));
   }
 }
 

@@ -140,6 +140,10 @@ class GlooCommunicator final : public Communicator {
   // Has the collective thread look at the queue by `at` (at once if that has passed): sets its
   // timer unless it is set to fire by then already.
   void WakeLoopBy(std::chrono::steady_clock::time_point at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the collective thread is to run queued `op`: at once once a caller wanted it run there
+  // (or the communicator is stopping), else when its grace (unclaimed_grace_) runs out.
+  std::chrono::steady_clock::time_point DueAt(const Op& op) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the collective thread's timer: nothing is queued for it to look at.
   void DisarmLoop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pops the first queued collective and runs it, with mu_ released meanwhile.
