@@ -237,12 +237,13 @@ class GlooCommunicator final : public Communicator {
   // the world has no more ranks than this process has CPUs, kCallerSpin, else none (ranks that
   // share cores would spin away each other's time). At 2 ranks on the 2-core VM a 4 KiB
   // all-reduce took 7 us with 50 us (or 200 us) of spinning against 56-57 us without, where the
-  // loopback round trip is about 66 us; at 3 ranks spinning made it 2.5-7x slower
-  // (collective_bench, two alternating runs).
+  // loopback round trip is about 66 us; at 3 ranks 4-64 KiB all-reduces and broadcasts took
+  // 1.7-3.5x as long with 50 us of spinning, 3.8-11x with 200 us (collective_bench, two
+  // alternating runs).
   // Only for collectives on the lead connections alone: spinning on the leads of a 256 KiB
-  // all-gather or reduce-scatter at 2 ranks, whose data then goes through Gloo, made it take
-  // 3.8-4.0 ms in most runs against 0.17-0.19 ms (Gloo's threads, which move its data, waited for
-  // the next scheduler tick).
+  // all-gather at 2 ranks, whose data then goes through Gloo, made it take 3.8-4.0 ms in three
+  // runs of three against 0.17-0.18 ms, and a 256 KiB reduce-scatter 3.9 ms in one run of three
+  // (Gloo's threads, which move its data, waited for the next scheduler tick).
   static constexpr std::chrono::microseconds kCallerSpin{50};
   const std::chrono::microseconds caller_spin_;
   // How far past its deadline a caller may be held by running a collective itself (when one that
