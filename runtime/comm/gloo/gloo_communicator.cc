@@ -575,7 +575,7 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
                    if (split) {
                      // Each chunk is summed once, on one rank, then copied: every rank gets the
                      // same bits.
-                     RingReduceScatterInPieces({own, chunks}, dtype, /*then_all_gather=*/true);
+                     RingReduceScatterInPieces({{own, chunks}}, dtype, /*then_all_gather=*/true);
                      TrimStaging();
                      return;
                    }
@@ -639,6 +639,23 @@ void PackChunk(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, 
   }
 }
 
+// Calls fn(in_part, n, from) for each part's share of bytes [begin, begin + bytes) of the packed
+// step of chunk `i` (chunk `i` of every part, end to end): `n` bytes at `in_part` in the part,
+// which sit at offset `from` of the packed step.
+template <typename Fn>
+void ForEachInStep(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, size_t begin,
+                   size_t bytes, Fn&& fn) {
+  const size_t end = begin + bytes;
+  size_t from = 0;  // where the part's chunk starts in the packed step
+  for (const auto& part : parts) {
+    if (from >= end) return;
+    const size_t chunk_bytes = part.chunks.bytes(i);
+    const size_t lo = std::max(from, begin), hi = std::min(from + chunk_bytes, end);
+    if (lo < hi) fn(part.data + part.chunks.offset(i) + (lo - from), hi - lo, lo);
+    from += chunk_bytes;
+  }
+}
+
 // The reverse: chunk `i` of every part from `in`.
 void UnpackChunk(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, const char* in) {
   for (const auto& part : parts) {
@@ -647,23 +664,30 @@ void UnpackChunk(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i
   }
 }
 
-// A part whose chunks are at least this large goes round in a ring of its own, sent from and
-// received into its own buffer: a ring more costs it little (some 0.4 ms at 2 ranks), and packing
-// it would cost a copy and staging memory as large as its chunk. Below it a ring each cost more
-// than the copies (a bf16 group of 8 buffers of 2 MiB at 2 ranks: 8 rings 9.5 ms, one 16 MiB
-// buffer 4.4 ms; collective_bench --group 8 --sizes 16MiB).
-constexpr size_t kOwnRingBytes = size_t{4} << 20;
-// Smaller parts are packed into one message per step, up to this many bytes of them in a ring.
+// Parts whose chunks are at least this large go round one ring together, each sent from (and an
+// all-gather's received into) its own buffer as messages of its own: a message more costs them
+// less than packing's copies. An all-gather of 8 buffers of 8 MiB at 2 ranks took 1.46x one of
+// 64 MiB packed; a reduce-scatter of 8 buffers, packed or in a ring each, 1.2-1.6x one buffer's
+// time from 16 MiB, in one ring in place 0.84-1.17x. Smaller ones are packed: a message each cost
+// 50-70 us more per part at 2 ranks, and with this at 64 KiB a 4 MiB group took 1.1-2.6x one
+// buffer's time at 2-4 ranks, against 1.0-1.3x.
+constexpr size_t kInPlaceRingBytes = size_t{256} << 10;
+// Smaller parts are packed end to end, up to this many bytes of them a step in a ring.
 constexpr size_t kPackedRingBytes = size_t{16} << 20;
-// An all-gather sends parts with chunks at least this large as messages of their own.
-constexpr size_t kInPlaceAllGatherBytes = size_t{256} << 10;
-// A part in a ring of its own is reduce-scattered in messages of at most this many bytes (a
-// multiple of every element size), each summed while the next arrives. Against one message of up
+// A reduce-scatter's ring sends a part in place, or a packed step, in pieces of at most this many
+// bytes (a multiple of every element size), each summed while the next arrives. Against one message of up
 // to 8 MiB per step (collective_bench --ops reduce_scatter, two alternating runs, 4-64 MiB):
 // 0.7-0.85x at 2 ranks, 0.9-0.96x at 3, 0.95-0.97x at 4; 512 KiB and 2 MiB pieces measured slower
 // than 1 MiB.
 constexpr size_t kRingPieceBytes = size_t{1} << 20;
 static_assert(kRingPieceBytes % 8 == 0, "a piece must hold whole elements of every dtype");
+// A message of `bytes` cut into pieces of `size` (the last one shorter).
+struct Pieces {
+  size_t size;
+  explicit Pieces(size_t piece_size) : size(piece_size) {}
+  size_t Count(size_t bytes) const { return (bytes + size - 1) / size; }
+  size_t Bytes(size_t bytes, size_t k) const { return std::min(size, bytes - k * size); }
+};
 // A chain broadcast forwards the buffer in pieces of this many bytes: a rank sends one on while the
 // next arrives. 256 KiB pieces measured 0.79-1.07x the tree's time at 3-4 ranks, 1 MiB 0.79-0.95x
 // (collective_bench, two alternating runs, 128 KiB-64 MiB).
@@ -671,20 +695,25 @@ constexpr size_t kChainPieceBytes = size_t{1} << 20;
 // Staging is kept between collectives up to this size each (a larger one is freed at the end).
 constexpr size_t kKeptStagingBytes = size_t{16} << 20;
 
-// The rings a group's parts go round in, one after the other: each large part alone, the small
-// ones together in runs of up to kPackedRingBytes a step. The same on every rank (the leads
-// checked the parts' counts).
-std::vector<std::vector<GlooCommunicator::RingPart>> Rings(
+// A group's parts: those that go round in place (kInPlaceRingBytes), and the rest.
+struct SplitParts {
+  std::vector<GlooCommunicator::RingPart> in_place, small;
+  explicit SplitParts(const std::vector<GlooCommunicator::RingPart>& parts) {
+    for (const auto& part : parts) {
+      (part.chunks.max_bytes() >= kInPlaceRingBytes ? in_place : small).push_back(part);
+    }
+  }
+};
+
+// The packed rings small parts go round in, one after the other: runs of up to kPackedRingBytes
+// a step. The same on every rank (the leads checked the parts' counts).
+std::vector<std::vector<GlooCommunicator::RingPart>> PackedRings(
     const std::vector<GlooCommunicator::RingPart>& parts) {
   std::vector<std::vector<GlooCommunicator::RingPart>> rings;
   std::vector<GlooCommunicator::RingPart> packed;
   size_t packed_bytes = 0;
   for (const auto& part : parts) {
     const size_t bytes = part.chunks.max_bytes();
-    if (bytes >= kOwnRingBytes) {
-      rings.push_back({part});
-      continue;
-    }
     if (packed_bytes + bytes > kPackedRingBytes) {
       rings.push_back(std::move(packed));
       packed.clear();
@@ -702,7 +731,8 @@ std::vector<std::vector<GlooCommunicator::RingPart>> Rings(
 char* GlooCommunicator::Staging(int which, size_t bytes) {
   // Kept between collectives (only the running one uses them): a fresh megabyte per collective
   // cost page faults and zeroing on every step. At most kPackedRingBytes (a packed ring's step),
-  // kRingPieceBytes (a reduce-scatter's piece) or world x 64 KiB (an inline group's payloads).
+  // two kRingPieceBytes (a reduce-scatter's pieces, by turns) or world x 64 KiB (an inline group's
+  // payloads).
   std::vector<char>& buffer = staging_[which];
   if (buffer.size() < bytes) {
     buffer.reserve(bytes);  // exactly: resize alone may double, past what TrimStaging keeps
@@ -718,20 +748,19 @@ void GlooCommunicator::TrimStaging() {
 }
 
 void GlooCommunicator::RingReduceScatter(const std::vector<RingPart>& parts, DType dtype) {
-  for (const std::vector<RingPart>& ring : Rings(parts)) RingReduceScatterOnce(ring, dtype);
+  const SplitParts split(parts);
+  if (!split.in_place.empty()) RingReduceScatterInPieces(split.in_place, dtype);
+  for (const std::vector<RingPart>& ring : PackedRings(split.small)) {
+    RingReduceScatterPacked(ring, dtype);
+  }
   TrimStaging();
 }
 
 void GlooCommunicator::RingAllGather(const std::vector<RingPart>& parts) {
-  // An all-gather needs no scratch: parts with chunks of 256 KiB or more go round together, each
-  // received into place as its own message (a message more costs them less than packing's two
-  // copies: packed, 8 buffers of 8 MiB took 1.46x one of 64 MiB at 2 ranks); smaller ones packed.
-  std::vector<RingPart> in_place, small;
-  for (const RingPart& part : parts) {
-    (part.chunks.max_bytes() >= kInPlaceAllGatherBytes ? in_place : small).push_back(part);
-  }
-  RingAllGatherInPlace(in_place);
-  for (const std::vector<RingPart>& ring : Rings(small)) RingAllGatherOnce(ring);
+  // An all-gather needs no scratch for the parts that go in place.
+  const SplitParts split(parts);
+  RingAllGatherInPlace(split.in_place);
+  for (const std::vector<RingPart>& ring : PackedRings(split.small)) RingAllGatherOnce(ring);
   TrimStaging();
 }
 
@@ -743,22 +772,19 @@ void GlooCommunicator::ChainBroadcast(char* data, size_t bytes, int64_t root) {
   auto whole = context_->createUnboundBuffer(data, bytes);
   const WatchedBuffers watched(*this, {whole.get()});
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
-  const size_t pieces = (bytes + kChainPieceBytes - 1) / kChainPieceBytes;
-  const auto piece_bytes = [&](size_t i) {
-    return std::min(kChainPieceBytes, bytes - i * kChainPieceBytes);
-  };
+  const Pieces pieces(kChainPieceBytes);
   // Every receive posted at once (they complete in order: one sender, one connection); each piece
   // goes on as soon as it is in.
   if (receives) {
-    for (size_t i = 0; i < pieces; ++i)
-      whole->recv(prev, slot, i * kChainPieceBytes, piece_bytes(i));
+    for (size_t i = 0; i < pieces.Count(bytes); ++i)
+      whole->recv(prev, slot, i * pieces.size, pieces.Bytes(bytes, i));
   }
-  for (size_t i = 0; i < pieces; ++i) {
+  for (size_t i = 0; i < pieces.Count(bytes); ++i) {
     if (receives) Waited(whole->waitRecv(timeout), "receive");
-    if (forwards) whole->send(next, slot, i * kChainPieceBytes, piece_bytes(i));
+    if (forwards) whole->send(next, slot, i * pieces.size, pieces.Bytes(bytes, i));
   }
   if (forwards) {
-    for (size_t i = 0; i < pieces; ++i) Waited(whole->waitSend(timeout), "send");
+    for (size_t i = 0; i < pieces.Count(bytes); ++i) Waited(whole->waitSend(timeout), "send");
   }
 }
 
@@ -808,120 +834,160 @@ const char* GlooCommunicator::Packed(const std::vector<RingPart>& parts, int64_t
   return out;
 }
 
-void GlooCommunicator::RingReduceScatterOnce(const std::vector<RingPart>& parts, DType dtype) {
+void GlooCommunicator::RingReduceScatterPacked(const std::vector<RingPart>& parts, DType dtype) {
   if (parts.empty()) return;
-  if (parts.size() == 1) return RingReduceScatterInPieces(parts[0], dtype);
+  if (parts.size() == 1) return RingReduceScatterInPieces(parts, dtype);
   const int64_t w = world_size_, r = rank_;
-  // Several parts: one message per step, their chunks packed end to end (a message each cost
-  // 50-70 us more per part at 2 ranks, collective_bench --group).
+  // Several parts: each step's chunks packed end to end (a message per part cost 50-70 us more per
+  // part at 2 ranks, collective_bench --group), and the packed step sent in pieces as in
+  // RingReduceScatterInPieces, each summed into its parts while the next arrives. Sent whole and
+  // summed once it had all arrived, 8 buffers took 1.3-1.5x one buffer's time from 16 MiB.
   const size_t step_bytes = std::max<size_t>(MaxStepBytes(parts, w), 1);
-  char* const scratch = Staging(0, step_bytes);
+  const Pieces pieces(std::min(step_bytes, kRingPieceBytes));
+  char* const both = Staging(0, 2 * pieces.size);
+  char* const scratch[2] = {both, both + pieces.size};
   char* const outgoing = Staging(1, step_bytes);
-  auto incoming = context_->createUnboundBuffer(scratch, step_bytes);
+  std::unique_ptr<gloo::transport::UnboundBuffer> incoming[2] = {
+      context_->createUnboundBuffer(scratch[0], pieces.size),
+      context_->createUnboundBuffer(scratch[1], pieces.size)};
   auto source = context_->createUnboundBuffer(outgoing, step_bytes);
-  const WatchedBuffers watched(*this, {source.get(), incoming.get()});
+  const WatchedBuffers watched(*this, {source.get(), incoming[0].get(), incoming[1].get()});
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const auto timeout = Millis(options_.timeout);
-  // Step s sends the partial sum of chunk r-s-1 and adds the arriving chunk r-s-2; after w-1
-  // steps chunk r holds every rank's contribution. Sender and receiver of a chunk agree on its
-  // size, and both skip an empty one.
+  // Steps as in RingReduceScatterInPieces. Sender and receiver of a chunk cut its packed step
+  // alike (the parts' counts are the same on every rank), and both skip an empty one.
   for (int64_t s = 0; s < w - 1; ++s) {
     const int64_t send_chunk = (r - s - 1 + 2 * w) % w;
     const int64_t recv_chunk = (r - s - 2 + 2 * w) % w;
     const size_t send_bytes = StepBytes(parts, send_chunk);
     const size_t recv_bytes = StepBytes(parts, recv_chunk);
-    if (send_bytes > 0) PackChunk(parts, send_chunk, outgoing);
-    if (recv_bytes > 0) incoming->recv(prev, slot, 0, recv_bytes);
-    if (send_bytes > 0) source->send(next, slot, 0, send_bytes);
-    if (recv_bytes > 0) Waited(incoming->waitRecv(timeout), "receive");
-    if (send_bytes > 0) Waited(source->waitSend(timeout), "send");
-    if (recv_bytes == 0) continue;
-    const char* term = scratch;
-    for (const RingPart& part : parts) {
-      char* target = part.data + part.chunks.offset(recv_chunk);
-      const size_t bytes = part.chunks.bytes(recv_chunk);
-      internal::ElementSum(dtype, target, target, term,
-                           bytes / static_cast<size_t>(part.chunks.element_bytes));
-      term += bytes;
+    const size_t receives = pieces.Count(recv_bytes), sends = pieces.Count(send_bytes);
+    if (receives > 0) incoming[0]->recv(prev, slot, 0, pieces.Bytes(recv_bytes, 0));
+    // Each piece leaves as soon as it is packed.
+    for (size_t k = 0; k < sends; ++k) {
+      const size_t at = k * pieces.size, bytes = pieces.Bytes(send_bytes, k);
+      ForEachInStep(parts, send_chunk, at, bytes, [&](char* in_part, size_t n, size_t from) {
+        std::memcpy(outgoing + from, in_part, n);
+      });
+      source->send(next, slot, at, bytes);
     }
+    for (size_t k = 0; k < receives; ++k) {
+      if (k + 1 < receives) {
+        incoming[(k + 1) % 2]->recv(prev, slot, 0, pieces.Bytes(recv_bytes, k + 1));
+      }
+      Waited(incoming[k % 2]->waitRecv(timeout), "receive");
+      const size_t at = k * pieces.size;
+      const char* term = scratch[k % 2];
+      ForEachInStep(parts, recv_chunk, at, pieces.Bytes(recv_bytes, k),
+                    [&](char* in_part, size_t n, size_t from) {
+                      internal::ElementSum(dtype, in_part, in_part, term + (from - at),
+                                           n / static_cast<size_t>(DTypeBytes(dtype)));
+                    });
+    }
+    for (size_t k = 0; k < sends; ++k) Waited(source->waitSend(timeout), "send");
   }
 }
 
-void GlooCommunicator::RingReduceScatterInPieces(const RingPart& part, DType dtype,
+void GlooCommunicator::RingReduceScatterInPieces(const std::vector<RingPart>& parts, DType dtype,
                                                  bool then_all_gather) {
   const int64_t w = world_size_, r = rank_;
-  // Sent straight from the buffer; what arrives lands in two scratch pieces by turns, so a piece
-  // is summed while the next one arrives (one scratch of a whole chunk, faulted in afresh per
-  // collective, made a 64 MiB reduce-scatter at 2 ranks take 275 ms).
-  const internal::Chunks& c = part.chunks;
-  const size_t piece = std::min(std::max<size_t>(c.max_bytes(), 1), kRingPieceBytes);
-  char* const scratch[2] = {Staging(0, piece), Staging(1, piece)};
+  // Sent straight from the parts' buffers; what arrives lands in two scratch pieces by turns, so a
+  // piece is summed while the next one arrives (one scratch of a whole chunk, faulted in afresh
+  // per collective, made a 64 MiB reduce-scatter at 2 ranks take 275 ms).
+  size_t largest = 1;
+  for (const RingPart& part : parts) largest = std::max(largest, part.chunks.max_bytes());
+  const Pieces pieces(std::min(largest, kRingPieceBytes));
+  char* const both = Staging(0, 2 * pieces.size);
+  char* const scratch[2] = {both, both + pieces.size};
   std::unique_ptr<gloo::transport::UnboundBuffer> incoming[2] = {
-      context_->createUnboundBuffer(scratch[0], piece),
-      context_->createUnboundBuffer(scratch[1], piece)};
+      context_->createUnboundBuffer(scratch[0], pieces.size),
+      context_->createUnboundBuffer(scratch[1], pieces.size)};
   // The reduce-scatter's sends, and the all-gather's sends and receives (into place).
-  auto whole = context_->createUnboundBuffer(part.data, c.total_bytes());
-  const WatchedBuffers watched(*this, {whole.get(), incoming[0].get(), incoming[1].get()});
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> wholes;
+  std::vector<gloo::transport::UnboundBuffer*> watch = {incoming[0].get(), incoming[1].get()};
+  for (const RingPart& part : parts) {
+    wholes.push_back(context_->createUnboundBuffer(part.data, part.chunks.total_bytes()));
+    watch.push_back(wholes.back().get());
+  }
+  const WatchedBuffers watched(*this, std::move(watch));
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const uint64_t gather_slot = then_all_gather ? static_cast<uint64_t>(context_->nextSlot()) : 0;
   const auto timeout = Millis(options_.timeout);
-  const auto pieces = [&](size_t bytes) { return (bytes + piece - 1) / piece; };
-  const auto piece_bytes = [&](size_t bytes, size_t k) {
-    return std::min(piece, bytes - k * piece);
+  // Chunk `i`'s pieces of every part, in order: which part, where in it, how many bytes.
+  struct Piece {
+    size_t part, at, bytes;
   };
-  // Chunk `i`'s pieces to `peer` (or from it) on `on`, into or out of place.
-  const auto post = [&](bool send, int peer, uint64_t on, int64_t i) {
-    for (size_t k = 0; k < pieces(c.bytes(i)); ++k) {
-      const size_t at = c.offset(i) + k * piece, bytes = piece_bytes(c.bytes(i), k);
-      send ? whole->send(peer, on, at, bytes) : whole->recv(peer, on, at, bytes);
+  const auto pieces_of = [&](int64_t i) {
+    std::vector<Piece> out;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const internal::Chunks& c = parts[p].chunks;
+      for (size_t k = 0; k < pieces.Count(c.bytes(i)); ++k) {
+        out.push_back({p, c.offset(i) + k * pieces.size, pieces.Bytes(c.bytes(i), k)});
+      }
     }
-    return pieces(c.bytes(i));
+    return out;
   };
-  size_t sends = 0, gather_receives = 0;
-  // Steps as in RingReduceScatterOnce. A chunk's pieces go and arrive in order (one slot, one
-  // peer each way), and sender and receiver cut it alike.
+  // Sends and receives posted on each part's buffer and not yet waited for.
+  std::vector<size_t> sends(parts.size()), receives(parts.size());
+  // Chunk `i`'s pieces to `peer` (or from it) on `on`, out of place or into it.
+  const auto post = [&](bool send, int peer, uint64_t on, int64_t i) {
+    for (const Piece& p : pieces_of(i)) {
+      if (send) {
+        wholes[p.part]->send(peer, on, p.at, p.bytes);
+        ++sends[p.part];
+      } else {
+        wholes[p.part]->recv(peer, on, p.at, p.bytes);
+        ++receives[p.part];
+      }
+    }
+  };
+  const auto wait_posted = [&] {
+    for (size_t p = 0; p < parts.size(); ++p) {
+      for (; receives[p] > 0; --receives[p]) Waited(wholes[p]->waitRecv(timeout), "receive");
+      for (; sends[p] > 0; --sends[p]) Waited(wholes[p]->waitSend(timeout), "send");
+    }
+  };
+  // Step s sends the partial sum of chunk r-s-1 and adds the arriving chunk r-s-2; after w-1
+  // steps chunk r holds every rank's contribution. Every part's pieces go and arrive in order (one
+  // slot, one peer each way: Gloo matches a slot's messages first come, first served, whichever
+  // buffer they are from), and sender and receiver cut them alike.
   for (int64_t s = 0; s < w - 1; ++s) {
     const int64_t send_chunk = (r - s - 1 + 2 * w) % w;
     const int64_t recv_chunk = (r - s - 2 + 2 * w) % w;  // r at the last step
     const bool last = s == w - 2;
-    const size_t recv_bytes = c.bytes(recv_chunk);
-    const size_t receives = pieces(recv_bytes);
+    const std::vector<Piece> arriving = pieces_of(recv_chunk);
     // The all-gather's first step overlaps the reduce-scatter's last: chunk r-1 arrives into
     // place (it left at step 0: by the time the predecessor sends it back summed, every piece of
     // it that this rank sent has arrived there), and chunk r goes on piece by piece as it is
     // summed.
-    if (then_all_gather && last) gather_receives = post(false, prev, gather_slot, (r + w - 1) % w);
-    if (receives > 0) incoming[0]->recv(prev, slot, 0, piece_bytes(recv_bytes, 0));
-    sends += post(true, next, slot, send_chunk);
-    for (size_t k = 0; k < receives; ++k) {
-      if (k + 1 < receives) {
-        incoming[(k + 1) % 2]->recv(prev, slot, 0, piece_bytes(recv_bytes, k + 1));
+    if (then_all_gather && last) post(false, prev, gather_slot, (r + w - 1) % w);
+    if (!arriving.empty()) incoming[0]->recv(prev, slot, 0, arriving[0].bytes);
+    post(true, next, slot, send_chunk);
+    for (size_t k = 0; k < arriving.size(); ++k) {
+      if (k + 1 < arriving.size()) {
+        incoming[(k + 1) % 2]->recv(prev, slot, 0, arriving[k + 1].bytes);
       }
       Waited(incoming[k % 2]->waitRecv(timeout), "receive");
-      char* target = part.data + c.offset(recv_chunk) + k * piece;
-      const size_t in = piece_bytes(recv_bytes, k);
+      const Piece& in = arriving[k];
+      char* target = parts[in.part].data + in.at;
       internal::ElementSum(dtype, target, target, scratch[k % 2],
-                           in / static_cast<size_t>(c.element_bytes));
+                           in.bytes / static_cast<size_t>(DTypeBytes(dtype)));
       if (then_all_gather && last) {
-        whole->send(next, gather_slot, c.offset(recv_chunk) + k * piece, in);
-        ++sends;
+        wholes[in.part]->send(next, gather_slot, in.at, in.bytes);
+        ++sends[in.part];
       }
     }
-    if (then_all_gather && last) {
-      for (; gather_receives > 0; --gather_receives) Waited(whole->waitRecv(timeout), "receive");
-    }
-    for (; sends > 0; --sends) Waited(whole->waitSend(timeout), "send");
+    wait_posted();
   }
   if (!then_all_gather) return;
   // The all-gather's other steps, whole chunks into place: step g forwards chunk r-g and receives
   // chunk r-g-1.
   for (int64_t g = 1; g < w - 1; ++g) {
-    const size_t in = post(false, prev, gather_slot, (r - g - 1 + 2 * w) % w);
-    const size_t out = post(true, next, gather_slot, (r - g + 2 * w) % w);
-    for (size_t k = 0; k < in; ++k) Waited(whole->waitRecv(timeout), "receive");
-    for (size_t k = 0; k < out; ++k) Waited(whole->waitSend(timeout), "send");
+    post(false, prev, gather_slot, (r - g - 1 + 2 * w) % w);
+    post(true, next, gather_slot, (r - g + 2 * w) % w);
+    wait_posted();
   }
 }
 

@@ -178,16 +178,18 @@ class GlooCommunicator final : public Communicator {
   // pair it closed): registered for the object's lifetime; the constructor throws when the
   // communicator was aborted already.
   class WatchedBuffers;
-  // A group's parts go round in a few rings (Rings in the .cc): a large part alone, small ones
-  // packed into one message per step.
+  // A group's parts go round in a few rings: those with large chunks together, each in messages
+  // of its own from its buffer; small ones packed end to end, up to 16 MiB a step in a ring.
   void RingReduceScatter(const std::vector<RingPart>& parts, DType dtype);
   void RingAllGather(const std::vector<RingPart>& parts);
-  // One ring: one part sent from its buffer, or several packed into one message per step.
-  void RingReduceScatterOnce(const std::vector<RingPart>& parts, DType dtype);
-  // One part, sent from its buffer in pieces, each summed while the next one arrives; with
-  // `then_all_gather`, the all-gather ring after it (an all-reduce), its first step overlapping
-  // the reduce-scatter's last.
-  void RingReduceScatterInPieces(const RingPart& part, DType dtype, bool then_all_gather = false);
+  // One ring of small parts, each step's chunks packed into staging and sent in pieces, each
+  // summed into its parts while the next one arrives.
+  void RingReduceScatterPacked(const std::vector<RingPart>& parts, DType dtype);
+  // One ring of parts sent from their buffers in pieces, each summed while the next one arrives;
+  // with `then_all_gather`, the all-gather ring after it (an all-reduce), its first step
+  // overlapping the reduce-scatter's last.
+  void RingReduceScatterInPieces(const std::vector<RingPart>& parts, DType dtype,
+                                 bool then_all_gather = false);
   void RingAllGatherOnce(const std::vector<RingPart>& parts);
   // An all-reduce whose chunks go inline: a reduce-scatter in `lead`'s exchange, then an
   // all-gather in a second one (`lead` has phase 1, the second phase 2).

@@ -337,20 +337,30 @@ struct GroupCase {
   int64_t max_world = 4;  // the largest world run (large cases: 2, for the test's memory)
 };
 
-// An fp32 chunk of this many elements goes round in a ring of its own (kOwnRingBytes, 4 MiB).
-constexpr int64_t kOwnRingFloats = int64_t{1} << 20;
+// An fp32 chunk of this many elements (4 MiB) goes in several 1 MiB pieces.
+constexpr int64_t kPiecesFloats = int64_t{1} << 20;
+// Chunks of 256 KiB and more go round in place, each in messages of its own (kInPlaceRingBytes):
+// in fp32 a chunk of this many elements does, in bf16 not (packed with the small parts).
+constexpr int64_t kInPlaceInFp32Only = 100000;
+// A chunk of this many elements is packed in fp32 and bf16 (234 KiB and 117 KiB).
+constexpr int64_t kPackedFloats = 60001;
 
 const GroupCase kGroups[] = {
     {"inline", {37, 0, 5, 1}, 16},
     {"inline, largest", {kInlineFloats / 2, 0, kInlineFloats / 2}, 16},
     {"ring, just over inline together", {kInlineFloats / 2, kInlineFloats / 2 + 1}, 16},
     {"ring, over inline together in bf16 too", {kInlineFloats, kInlineFloats + 1}, 16},
-    // fp32 chunks of 4 MiB and more go round in rings of their own, smaller ones packed.
-    {"ring, large and small parts", {kOwnRingFloats + 3, 5, 0, 17, kOwnRingFloats}, 16, 3},
-    // A chunk over 8 MiB is reduce-scattered in two messages, the second short.
-    {"ring, a part in pieces", {2 * kOwnRingFloats + 5}, 16, 3},
-    // Small parts of more than 16 MiB a step in all: two packed rings of four.
-    {"ring, many small parts", std::vector<int64_t>(8, kOwnRingFloats - 1000), 16, 2},
+    // Large chunks in place in pieces, in one ring, and small ones packed.
+    {"ring, large and small parts", {kPiecesFloats + 3, 5, 0, 17, kPiecesFloats}, 16, 3},
+    {"ring, in place in fp32, packed in bf16", {kInPlaceInFp32Only, 3, kInPlaceInFp32Only}, 16},
+    // A chunk over 8 MiB is reduce-scattered in nine pieces, the last short.
+    {"ring, a part in pieces", {2 * kPiecesFloats + 5}, 16, 3},
+    {"ring, many large parts in one ring", std::vector<int64_t>(8, kPiecesFloats - 1000), 16, 2},
+    // Packed steps of 2.9 MB (fp32) and 1.4 MB (bf16): pieces that start and end inside parts.
+    {"ring, small parts packed in pieces", std::vector<int64_t>(12, kPackedFloats), 16, 3},
+    // Small parts of more than 16 MiB a step in all: two packed rings.
+    {"ring, more small parts than a packed ring holds", std::vector<int64_t>(72, kPackedFloats), 16,
+     2},
     {"ring, uneven", {3 * kInlineFloats + 7, 0, 11, kInlineFloats + 1}, 16},
     {"neighbour leads", {37, 0, 5}, 1},
 };
@@ -438,7 +448,7 @@ TEST(GlooCollectivePaths, ASplitAllReduceInPiecesEqualsTheUnshardedSum) {
   for (int64_t world : {2, 3, 4}) {
     SCOPED_TRACE(testing::Message() << "world " << world);
     // At 3 ranks chunks of 2^21 + 3 elements, the last 2^21 + 1.
-    const int64_t n = 3 * 2 * kOwnRingFloats + 7;
+    const int64_t n = 3 * 2 * kPiecesFloats + 7;
     OnRanks(
         world,
         [&](int64_t r, Communicator& c) {
