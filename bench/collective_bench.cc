@@ -14,7 +14,12 @@
 // iteration takes what its slowest rank took, and the median iteration counts. "lead_share" is what
 // a header-only lead exchange (a barrier: what a collective too large to go inline pays for the
 // order check) takes, as a share of the collective's time; collectives that go inline carry their
-// check in the data message itself and pay no extra message.
+// check in the data message itself and pay no extra message. "lead_waits_spun" and
+// "lead_waits_slept" count rank 0's waits for leads over the whole timed run (its two bookkeeping
+// collectives included) that spun first (GlooOptions::caller_spin; none where ranks outnumber the
+// CPUs, nor for collectives whose data goes through Gloo) and that slept, in vain after spinning or
+// at once (GlooCommunicator::LeadWaits): spun and none slept is a small collective that never
+// paid a wake-up.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -353,7 +358,8 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
   if (split_all_reduce_max >= 0) options.split_all_reduce_max_bytes = split_all_reduce_max;
   auto created = comm::GlooCommunicator::Create(store, rank, world, options);
   Check(created.status(), "connect");
-  comm::Communicator& c = **created;
+  comm::GlooCommunicator& gloo = **created;
+  comm::Communicator& c = gloo;
   const double lead =
       TimeIt(c, min_time, [&] { Check(c.Barrier()->Wait(absl::Seconds(120)), "barrier"); });
   if (rank == 0) {
@@ -365,9 +371,11 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
     // Zeros: the sums stay zero in every dtype however many iterations run.
     std::vector<char> data(static_cast<size_t>(size), 0);
     for (const Op& op : Ops()) {
+      const auto waits_before = gloo.LeadWaits();
       const double t = TimeIt(c, min_time, [&] {
         Check(op.run(c, data.data(), elements)->Wait(absl::Seconds(120)), op.name);
       });
+      const auto waits_after = gloo.LeadWaits();
       // What one collective moves to each peer (each of a group issued one by one moves its part).
       const bool one_by_one = op.grouped && std::string(op.name).ends_with("separately");
       const int64_t per_peer =
@@ -392,11 +400,14 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
         std::printf(
             "{\"kind\": \"collective\", \"impl\": \"zerod\", \"op\": \"%s\", \"world\": %lld, "
             "\"bytes\": %lld, \"time_us\": %.1f, \"inline\": %s, \"chain\": %s, "
-            "\"lead_share\": %.3f, \"buffers\": %lld}\n",
+            "\"lead_share\": %.3f, \"buffers\": %lld, \"lead_waits_spun\": %lld, "
+            "\"lead_waits_slept\": %lld}\n",
             op.name, static_cast<long long>(world), static_cast<long long>(size), t * 1e6,
             inline_path ? "true" : "false", chain ? "true" : "false",
             inline_path || chain ? 0.0 : lead / t,
-            static_cast<long long>(op.grouped ? group_buffers : 1));
+            static_cast<long long>(op.grouped ? group_buffers : 1),
+            static_cast<long long>(waits_after.spun - waits_before.spun),
+            static_cast<long long>(waits_after.slept - waits_before.slept));
         std::fflush(stdout);
       }
     }

@@ -142,6 +142,11 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
         absl::StrCat("gloo: unclaimed_grace must be from 0 to 24h, not ",
                      absl::FormatDuration(options.unclaimed_grace)));
   }
+  if (options.caller_spin.has_value() &&
+      (*options.caller_spin < absl::ZeroDuration() || *options.caller_spin > absl::Seconds(1))) {
+    return absl::InvalidArgumentError(absl::StrCat("gloo: caller_spin must be from 0 to 1s, not ",
+                                                   absl::FormatDuration(*options.caller_spin)));
+  }
   IgnoreSigpipe();
   try {
     gloo::transport::tcp::attr attr(options.hostname.c_str());
@@ -183,7 +188,11 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
       leads_(std::move(mesh), rank, world_size, LeadOptionsOf(options_), Millis(options_.timeout)),
       unclaimed_grace_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           absl::ToChronoNanoseconds(options_.unclaimed_grace))),
-      caller_spin_(world_size <= CpusAvailable() ? kCallerSpin : std::chrono::microseconds(0)),
+      caller_spin_(options_.caller_spin.has_value()
+                       ? std::chrono::duration_cast<std::chrono::microseconds>(
+                             absl::ToChronoNanoseconds(*options_.caller_spin))
+                   : world_size <= CpusAvailable() ? kCallerSpin
+                                                   : std::chrono::microseconds(0)),
       loop_timer_fd_(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC)) {
   if (loop_timer_fd_ < 0) {
     throw std::system_error(errno, std::generic_category(), "timerfd_create");
@@ -675,8 +684,8 @@ constexpr size_t kInPlaceRingBytes = size_t{256} << 10;
 // Smaller parts are packed end to end, up to this many bytes of them a step in a ring.
 constexpr size_t kPackedRingBytes = size_t{16} << 20;
 // A reduce-scatter's ring sends a part in place, or a packed step, in pieces of at most this many
-// bytes (a multiple of every element size), each summed while the next arrives. Against one message of up
-// to 8 MiB per step (collective_bench --ops reduce_scatter, two alternating runs, 4-64 MiB):
+// bytes (a multiple of every element size), each summed while the next arrives. Against one message
+// of up to 8 MiB per step (collective_bench --ops reduce_scatter, two alternating runs, 4-64 MiB):
 // 0.7-0.85x at 2 ranks, 0.9-0.96x at 3, 0.95-0.97x at 4; 512 KiB and 2 MiB pieces measured slower
 // than 1 MiB.
 constexpr size_t kRingPieceBytes = size_t{1} << 20;

@@ -71,6 +71,11 @@ struct GlooOptions {
   // cores, 1.2-2.0x their time (collective_bench, three alternating runs): on the development VM
   // a timer due before the kernel's next tick costs 6 us to set and stop, against 0.9 us at 2 ms.
   absl::Duration unclaimed_grace = absl::Milliseconds(5);
+  // How long a caller running a collective that travels on the lead connections alone (inline,
+  // or an all-to-all barrier) polls them before it sleeps, from 0 to 1 s. Unset: 50 us while the
+  // world has no more ranks than the creating thread may run on CPUs, else 0 (see caller_spin_).
+  // The collective thread, and collectives whose data goes through Gloo, never spin.
+  std::optional<absl::Duration> caller_spin;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -103,6 +108,9 @@ class GlooCommunicator final : public Communicator {
   };
   std::map<std::string, int64_t> BytesSent() const override;
   std::map<std::string, int64_t> BytesReceived() const override;
+  // This rank's waits for leads so far that spun (GlooOptions::caller_spin) and that slept
+  // (LeadMesh::Waits). Any thread; for tests and collective_bench.
+  internal::LeadMesh::Waits LeadWaits() const { return leads_.waits(); }
 
   struct Op;
   // For this communicator's Works: runs `op`, and those queued before it, on the calling thread
@@ -235,9 +243,10 @@ class GlooCommunicator final : public Communicator {
 
   // options_.unclaimed_grace, on the queue's clock.
   const std::chrono::steady_clock::duration unclaimed_grace_;
-  // How long a caller running collectives polls its lead connections before it sleeps: while
-  // the world has no more ranks than this process has CPUs, kCallerSpin, else none (ranks that
-  // share cores would spin away each other's time). At 2 ranks on the 2-core VM a 4 KiB
+  // How long a caller running collectives polls its lead connections before it sleeps:
+  // options_.caller_spin if set; else while the world has no more ranks than this process has
+  // CPUs, kCallerSpin, and none otherwise (ranks that share cores would spin away each other's
+  // time). At 2 ranks on the 2-core VM a 4 KiB
   // all-reduce took 7 us with 50 us (or 200 us) of spinning against 56-57 us without, where the
   // loopback round trip is about 66 us; at 3 ranks 4-64 KiB all-reduces and broadcasts took
   // 1.7-3.5x as long with 50 us of spinning, 3.8-11x with 200 us (collective_bench, two

@@ -167,6 +167,10 @@ void LeadExchange::SetSpin(std::chrono::microseconds spin) {
   if (mesh_ != nullptr) mesh_->SetSpin(spin);
 }
 
+LeadMesh::Waits LeadExchange::waits() const {
+  return mesh_ != nullptr ? mesh_->waits() : LeadMesh::Waits{};
+}
+
 bool LeadExchange::Sends(int from, int to, const CollectiveDescriptor& d) const {
   // Only a broadcast that goes inline or along the chain is sparse: its data comes in the root's
   // lead or from the predecessor, whose leads every receiver checks. A larger one goes through

@@ -179,6 +179,8 @@ class LeadExchange {
   void Close();
   // LeadMesh::SetSpin, for the collectives the calling thread runs next.
   void SetSpin(std::chrono::microseconds spin);
+  // LeadMesh::waits (none at one rank, which has no mesh). Any thread.
+  LeadMesh::Waits waits() const;
 
  private:
   struct Peer;

@@ -471,11 +471,15 @@ void LeadMesh::Pump(const Done& done, std::chrono::milliseconds timeout, const c
       // A peer's frame often comes within microseconds; a thread that sleeps for it pays its
       // wake-up, which on the development VM costs about as much as the loopback round trip.
       const Clock::time_point spin_until = std::min(Clock::now() + spin_, deadline);
+      spun_.fetch_add(1, std::memory_order_relaxed);
       do {
         n = ::poll(fds.data(), fds.size(), 0);
       } while (n == 0 && Clock::now() < spin_until);
     }
-    if (n == 0) n = ::poll(fds.data(), fds.size(), RemainingMs(deadline));
+    if (n == 0) {
+      slept_.fetch_add(1, std::memory_order_relaxed);
+      n = ::poll(fds.data(), fds.size(), RemainingMs(deadline));
+    }
     if (n < 0 && errno != EINTR) {
       throw std::runtime_error(
           absl::StrCat("poll on the lead connections: ", std::strerror(errno)));

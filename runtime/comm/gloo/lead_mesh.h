@@ -58,6 +58,14 @@ class LeadMesh {
   // How long a wait polls without blocking before it sleeps (0: it sleeps at once). By the
   // thread running the collective, for its waits.
   void SetSpin(std::chrono::microseconds spin) { spin_ = spin; }
+  // The waits so far that spun (polled without blocking first), and those that slept (blocked
+  // in poll: at once, or after spinning in vain). A frame that was in already costs no wait. Any
+  // thread; for tests and benchmarks.
+  struct Waits {
+    int64_t spun = 0;
+    int64_t slept = 0;
+  };
+  Waits waits() const { return {spun_.load(), slept_.load()}; }
 
  private:
   struct Peer;
@@ -77,6 +85,7 @@ class LeadMesh {
   const size_t max_frame_;
   std::atomic<bool> closed_{false};
   std::chrono::microseconds spin_{0};
+  std::atomic<int64_t> spun_{0}, slept_{0};
 };
 
 }  // namespace zerod::comm::internal

@@ -3,6 +3,8 @@
 
 #include "runtime/comm/gloo/gloo_communicator.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <functional>
@@ -184,15 +186,91 @@ TEST(GlooCommunicator, AbortingOneWorkAbortsTheCommunicator) {
   });
 }
 
-TEST(GlooCommunicator, AGraceOutOfRangeIsNamed) {
-  for (const absl::Duration grace : {absl::Milliseconds(-1), absl::Hours(25)}) {
+// Each duration option out of its range is refused, naming the option.
+TEST(GlooCommunicator, ADurationOptionOutOfRangeIsNamed) {
+  struct Case {
+    const char* name;
+    absl::Duration value;
+  };
+  for (const Case& c :
+       {Case{"unclaimed_grace", absl::Milliseconds(-1)}, Case{"unclaimed_grace", absl::Hours(25)},
+        Case{"caller_spin", absl::Microseconds(-1)}, Case{"caller_spin", absl::Seconds(2)}}) {
+    SCOPED_TRACE(c.name);
     GlooOptions options;
-    options.unclaimed_grace = grace;
+    if (std::string(c.name) == "caller_spin") {
+      options.caller_spin = c.value;
+    } else {
+      options.unclaimed_grace = c.value;
+    }
     auto comm = GlooCommunicator::Create(std::make_shared<InMemoryStore>(), 0, 1, options);
     ASSERT_FALSE(comm.ok());
     EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(comm.status().message()), HasSubstr("unclaimed_grace"));
+    EXPECT_THAT(std::string(comm.status().message()), HasSubstr(c.name));
   }
+}
+
+// A caller waiting for a collective that travels on the leads alone spins before it sleeps; one
+// whose data goes through Gloo never does (its Gloo threads would wait for a core). With a spin of
+// a second, the waits of 20 inline all-reduces spin and none sleeps; the all-gather's waits, if
+// any, sleep at once.
+TEST(GlooCommunicator, ACallerSpinsOnlyOnCollectivesThatTravelOnTheLeads) {
+  GlooOptions options;
+  options.caller_spin = absl::Seconds(1);
+  OnRanks(
+      2,
+      [&](int64_t, Communicator& c) {
+        auto& gloo = dynamic_cast<GlooCommunicator&>(c);
+        std::vector<float> data(1024, 1.0f);
+        for (int i = 0; i < 20; ++i) {
+          ASSERT_TRUE(
+              c.AllReduce(data.data(), 1024, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        }
+        const internal::LeadMesh::Waits inline_waits = gloo.LeadWaits();
+        EXPECT_GE(inline_waits.spun, 1);
+        EXPECT_EQ(inline_waits.slept, 0) << "a wait that spins for a second slept";
+        std::vector<float> big(size_t{1} << 20);
+        ASSERT_TRUE(
+            c.AllGather(big.data(), 1 << 19, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        EXPECT_EQ(gloo.LeadWaits().spun, inline_waits.spun) << "the all-gather's lead wait spun";
+      },
+      absl::Seconds(30), -1, options);
+}
+
+// By default a caller spins only where the world has no more ranks than the creating thread may
+// run on CPUs: 2 ranks created on one CPU never spin (threads inherit their creator's mask), and
+// 2 ranks on 2 CPUs or more do (as long as the frame takes to come, 50 us at most, in vain or not).
+TEST(GlooCommunicator, ByDefaultACallerSpinsOnlyWhereRanksHaveACpuEach) {
+  cpu_set_t was;
+  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(was), &was), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &was)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+  OnRanks(2, [&](int64_t, Communicator& c) {
+    std::vector<float> data(1024, 1.0f);
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_TRUE(c.AllReduce(data.data(), 1024, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+    }
+    EXPECT_EQ(dynamic_cast<GlooCommunicator&>(c).LeadWaits().spun, 0);
+  });
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(was), &was), 0);
+  if (CPU_COUNT(&was) < 2) GTEST_SKIP() << "this machine lets the test run on one CPU";
+  OnRanks(2, [&](int64_t, Communicator& c) {
+    std::vector<float> data(1024, 1.0f);
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_TRUE(c.AllReduce(data.data(), 1024, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+    }
+    const internal::LeadMesh::Waits waits = dynamic_cast<GlooCommunicator&>(c).LeadWaits();
+    // A lead already in costs no wait: 20 all-reduces all of whose leads were in is no failure.
+    if (waits.spun + waits.slept > 0) {
+      EXPECT_GE(waits.spun, 1);
+    }
+  });
 }
 
 // Gloo writes with writev: without this a write to a peer that closed its end kills the process.

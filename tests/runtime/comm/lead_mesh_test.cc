@@ -228,6 +228,42 @@ TEST(LeadMesh, APeersFramesAreTakenAfterItClosesThenItsCloseIsNamed) {
   EXPECT_THROW(Send(**mesh, 1, Frame(0, 1, 0, 10)), std::runtime_error);
 }
 
+// A frame sent 200 ms after its receiver starts to wait: a wait that spins longer than that takes
+// it while spinning and never sleeps, one that does not spin sleeps for it; waits() tells which.
+// Only the waiting rank's counts move (the sender never waits).
+TEST(LeadMesh, AWaitCountsWhetherItsFrameCameWhileItSpunOrAfterItSlept) {
+  for (const auto spin : {std::chrono::microseconds(0), kEndlessSpin}) {
+    SCOPED_TRACE(testing::Message() << "spin " << spin.count() << " us");
+    std::latch waiting(1);
+    OnMesh(
+        2,
+        [&](int r, LeadMesh& mesh) {
+          if (r == 1) {
+            waiting.wait();
+            std::this_thread::sleep_for(milliseconds(200));
+            Send(mesh, 0, Frame(1, 0, 0, 100));
+            mesh.Flush(kLong);
+            EXPECT_EQ(mesh.waits().spun + mesh.waits().slept, 0);
+            return;
+          }
+          EXPECT_EQ(mesh.waits().spun + mesh.waits().slept, 0) << "no wait yet";
+          std::vector<char> got;
+          waiting.count_down();
+          mesh.Receive(1, got, kLong);
+          ASSERT_EQ(got, Frame(1, 0, 0, 100));
+          const LeadMesh::Waits waits = mesh.waits();
+          if (spin == kEndlessSpin) {
+            EXPECT_GE(waits.spun, 1);
+            EXPECT_EQ(waits.slept, 0) << "a wait that spins 20 s slept";
+          } else {
+            EXPECT_EQ(waits.spun, 0);
+            EXPECT_GE(waits.slept, 1);
+          }
+        },
+        {}, spin);
+  }
+}
+
 TEST(LeadMesh, CloseWakesAWaitHereAndThePeersAtOnce) {
   for (const auto spin : {std::chrono::microseconds(0), kEndlessSpin}) {
     SCOPED_TRACE(testing::Message() << "spin " << spin.count() << " us");
