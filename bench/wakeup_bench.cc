@@ -9,7 +9,12 @@
 //   timerfd_fire      sleeping in read() on a timerfd set `delay_us` ahead: how late it woke.
 //   handoff           one thread hands a token to another and waits for it back, the other
 //                     sleeping on a condition variable, blocking in read() on an eventfd, or
-//                     spinning on an atomic (the floor: no sleep at all): one-way time.
+//                     spinning on an atomic (the floor: no sleep at all): one-way time. Back to
+//                     back, neither CPU ever idles.
+//   idle_wake         a thread asleep on a condition variable for `idle_us` (its CPU idle, while
+//                     the waker spins) is handed a token: the time until it runs. What a rank's
+//                     thread pays to be woken for a message after a pause, which a spinning
+//                     wait saves.
 //
 //   build/bin/wakeup_bench [--delays 50,200,1000,2000,5000] [--pairs 20000] [--handoffs 20000]
 //
@@ -152,6 +157,39 @@ Channel SpinChannel(std::atomic<bool>& flag) {
           }};
 }
 
+// A thread asleep on a condition variable is handed a token after `idle` (the waker spins
+// meanwhile, so only the sleeper's CPU can idle), `times` times: the median time from the hand-off
+// to the sleeper running, in microseconds.
+void MeasureIdleWake(std::chrono::microseconds idle, int times) {
+  CondvarBox box;
+  Channel to_peer = box.AsChannel();
+  std::atomic<int64_t> woke_ns{-1};
+  std::thread peer([&] {
+    for (int i = 0; i < times; ++i) {
+      to_peer.take();
+      woke_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+    }
+  });
+  std::vector<double> wake;
+  for (int i = 0; i < times; ++i) {
+    const auto until = Clock::now() + idle;
+    while (Clock::now() < until) {
+    }
+    woke_ns.store(-1, std::memory_order_relaxed);
+    const auto given = Clock::now();
+    to_peer.give();
+    int64_t woke = -1;
+    while ((woke = woke_ns.load(std::memory_order_acquire)) < 0) {
+    }
+    wake.push_back(
+        std::chrono::duration<double, std::micro>(Clock::duration(woke) - given.time_since_epoch())
+            .count());
+  }
+  peer.join();
+  std::printf("{\"kind\": \"idle_wake\", \"idle_us\": %lld, \"wake_us\": %.1f}\n",
+              static_cast<long long>(idle.count()), Median(wake));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -188,5 +226,8 @@ int main(int argc, char** argv) {
   close(back_fd);
   std::atomic<bool> there_flag{false}, back_flag{false};
   MeasureHandoff("spin", SpinChannel(there_flag), SpinChannel(back_flag), handoffs);
+  for (const int64_t idle : {100, 1000}) {
+    MeasureIdleWake(std::chrono::microseconds(idle), static_cast<int>(500000 / idle + 100));
+  }
   return 0;
 }
