@@ -141,12 +141,15 @@ class LeadExchange {
   // How a broadcast of `bytes` travels: in the root's lead (up to MaxInlineBytes), along the ring
   // from the root (each rank forwards what its predecessor sent, in pieces), or through Gloo's
   // binomial tree. The first two have sparse leads (no barrier), so only with all-to-all leads (a
-  // rank must hear from the root). The chain at 3-4 ranks only, where collective_bench measured
-  // it at 0.79-0.96x the tree's time (with its barrier) from 128 KiB to 64 MiB; at 2 ranks the
-  // tree is one message (inline up to 2 MiB, then Gloo's), and beyond 4 ranks a chain's hops
-  // would add up for buffers of a few pieces.
+  // rank must hear from the root). The chain at 3-4 ranks, where collective_bench measured it at
+  // 0.79-0.96x the tree's time (with its barrier) from 128 KiB to 64 MiB, and at 2 ranks from
+  // 8 MiB: there the tree is Gloo's one message, which took 1.05-1.10x the chain's pieces at 8 MiB,
+  // 1.2-1.3x at 16 MiB and 1.6-1.8x at 32-64 MiB, but 0.77-1.06x at 3 MiB and 0.85-0.93x at
+  // 4 MiB (three alternating runs, 2026-12-07). Beyond 4 ranks a chain's hops would add up for
+  // buffers of a few pieces.
   enum class BroadcastRoute { kInline, kChain, kTree };
-  static constexpr int64_t kMinChainWorld = 3, kMaxChainWorld = 4;
+  static constexpr int64_t kMinChainWorld = 2, kMaxChainWorld = 4;
+  static constexpr size_t kMinTwoRankChainBytes = size_t{8} << 20;
   BroadcastRoute RouteOf(size_t bytes) const { return RouteOf(bytes, world_size_, all_to_all_); }
   // The same rule for a world of `world_size` ranks, with or without all-to-all leads (for
   // collective_bench, which has no LeadExchange).
@@ -155,8 +158,9 @@ class LeadExchange {
     if (bytes <= MaxInlineBytes(CollectiveKind::kBroadcast, world_size)) {
       return BroadcastRoute::kInline;
     }
-    return world_size >= kMinChainWorld && world_size <= kMaxChainWorld ? BroadcastRoute::kChain
-                                                                        : BroadcastRoute::kTree;
+    const bool chain = world_size >= kMinChainWorld && world_size <= kMaxChainWorld &&
+                       (world_size > 2 || bytes >= kMinTwoRankChainBytes);
+    return chain ? BroadcastRoute::kChain : BroadcastRoute::kTree;
   }
   // Ranks this rank exchanges leads with, ascending.
   const std::vector<int>& peers() const { return peers_; }

@@ -705,14 +705,22 @@ void ExpectBroadcastsFromEveryRoot(int64_t world, int64_t count, int rounds) {
 }
 
 // A broadcast too large to go inline (at 2 ranks, where that is 2 MiB, all but the largest do),
-// from every root (Gloo's tree differs with the root; the chain at 3-4 ranks starts at it), in one
-// piece of the chain and in several with a short last one.
+// from every root (Gloo's tree differs with the root; the chain starts at it), in one piece of the
+// chain and in several with a short last one. At 2 ranks the chain takes over from the tree at
+// 8 MiB: a float under it, and 1 MiB pieces with a short last one over it.
 TEST(GlooCollectivePaths, ALargeBroadcastReachesEveryRankFromEveryRoot) {
   const int64_t piece_floats = (int64_t{256} << 10) / 4;
   for (int64_t world : {2, 3, 4}) {
     for (int64_t count : {piece_floats, 3 * piece_floats + 5, 20 * piece_floats + 3}) {
       ExpectBroadcastsFromEveryRoot(world, count, 1);
     }
+  }
+  constexpr int64_t kTwoRankChainFloats = internal::LeadExchange::kMinTwoRankChainBytes / 4;
+  using Route = internal::LeadExchange::BroadcastRoute;
+  ASSERT_EQ(internal::LeadExchange::RouteOf((kTwoRankChainFloats - 1) * 4, 2, true), Route::kTree);
+  ASSERT_EQ(internal::LeadExchange::RouteOf(kTwoRankChainFloats * 4, 2, true), Route::kChain);
+  for (int64_t count : {kTwoRankChainFloats - 1, kTwoRankChainFloats + 3}) {
+    ExpectBroadcastsFromEveryRoot(2, count, 1);
   }
 }
 
@@ -761,8 +769,9 @@ TEST(GlooCollectivePaths, ABroadcastAtAndOverItsWorldsInlineLimitReachesEveryRan
   }
 }
 
-// At 2 ranks, a receiver given another count than the inline root's, or a receiver that thinks it
-// is the root too, is named on some rank; neither rank is aborted or left waiting.
+// At 2 ranks, a receiver given another count than the inline root's (one that goes inline, through
+// the tree or along the chain), or a receiver that thinks it is the root too, is named on some
+// rank; neither rank is aborted or left waiting.
 TEST(GlooCollectivePaths, AtTwoRanksAnInlineBroadcastMismatchIsNamedNotAborted) {
   constexpr int64_t kLimitFloats = internal::LeadExchange::kMaxInlineBroadcastBytes[2] / 4;
   const int64_t count = kLimitFloats / 2 + 3;
@@ -770,14 +779,16 @@ TEST(GlooCollectivePaths, AtTwoRanksAnInlineBroadcastMismatchIsNamedNotAborted) 
     int64_t other_count;  // rank 1's
     int64_t other_root;   // rank 1's
   };
-  for (const Case& k : {Case{count - 7, 0}, Case{count + 7, 0}, Case{kLimitFloats + 1, 0},
-                        Case{count, 1}, Case{2 * kLimitFloats, 1}}) {
+  constexpr int64_t kChainFloats = internal::LeadExchange::kMinTwoRankChainBytes / 4 + 5;
+  for (const Case& k :
+       {Case{count - 7, 0}, Case{count + 7, 0}, Case{kLimitFloats + 1, 0}, Case{count, 1},
+        Case{2 * kLimitFloats, 1}, Case{kChainFloats, 0}, Case{kChainFloats, 1}}) {
     SCOPED_TRACE(testing::Message() << "rank 1: " << k.other_count << " from " << k.other_root);
     std::vector<absl::Status> status(2);
     OnRanks(
         2,
         [&](int64_t r, Communicator& c) {
-          std::vector<float> data(static_cast<size_t>(2 * kLimitFloats), 1.0f);
+          std::vector<float> data(static_cast<size_t>(kChainFloats), 1.0f);
           status[static_cast<size_t>(r)] = c.Broadcast(data.data(), r == 1 ? k.other_count : count,
                                                        DType::kFloat32, r == 1 ? k.other_root : 0)
                                                ->Wait(absl::Seconds(20));
@@ -846,7 +857,8 @@ TEST(GlooCollectivePaths, ChainBroadcastsFromTwoRootsOfTwoSizesAreNamedNotAborte
   ExpectTwoRootsOfTwoSizesNamed(4, {2, 3}, 2, OverInlineFloats(4), 2 * OverInlineFloats(4));
 }
 
-// One view inline, the other along the chain (3-4 ranks) or through the tree (2 ranks).
+// One view inline, the other along the chain (3-4 ranks) or through the tree (2 ranks, under
+// 8 MiB).
 TEST(GlooCollectivePaths, InlineAndLargerBroadcastsFromTwoRootsAreNamedNotAborted) {
   for (int64_t world : {2, 3, 4}) {
     SCOPED_TRACE(testing::Message() << "world " << world);
