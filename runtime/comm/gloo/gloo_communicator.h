@@ -208,7 +208,8 @@ class GlooCommunicator final : public Communicator {
   // A broadcast of `bytes` at `data` from `root` along the ring: each rank receives it from its
   // predecessor and forwards it to its successor, piece by piece.
   void ChainBroadcast(char* data, size_t bytes, int64_t root);
-  // An all-gather of parts each received into place, as messages of their own all in flight.
+  // An all-gather of parts each received into place, as messages of their own (1 MiB pieces)
+  // all in flight.
   void RingAllGatherInPlace(const std::vector<RingPart>& parts);
   // Frees staging buffers grown beyond what is kept between collectives.
   void TrimStaging();
