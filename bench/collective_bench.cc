@@ -393,7 +393,12 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
           : std::string(op.name) == "all_reduce"
               ? all_reduce_route == AllReduceRoute::kOneExchange ||
                     all_reduce_route == AllReduceRoute::kTwoExchanges
-              : all_to_all && static_cast<size_t>(per_peer) <= Exchange::kMaxInlineBytes;
+              : all_to_all && static_cast<size_t>(per_peer) <=
+                                  Exchange::MaxInlineBytes(
+                                      std::string(op.name).starts_with("all_gather")
+                                          ? comm::internal::CollectiveKind::kAllGather
+                                          : comm::internal::CollectiveKind::kReduceScatter,
+                                      world);
       // A broadcast along the chain has sparse leads: no lead exchange (barrier) of its own.
       const bool chain = broadcast && route == Exchange::BroadcastRoute::kChain;
       if (rank == 0) {

@@ -513,7 +513,8 @@ GlooCommunicator::AllReduceRoute GlooCommunicator::AllReduceRouteOf(int64_t coun
   const int64_t bytes = count * DTypeBytes(dtype);
   const bool all_to_all = world_size <= options.lead_all_to_all_max_world;
   const auto fits = [&](size_t bytes_per_peer) {
-    return all_to_all && bytes_per_peer <= internal::LeadExchange::kMaxInlineBytes;
+    return all_to_all && bytes_per_peer <= internal::LeadExchange::MaxInlineBytes(
+                                               internal::CollectiveKind::kAllReduce, world_size);
   };
   // Our rings (a reduce-scatter then an all-gather) up to the measured cross-over; on 2 cores
   // they beat Gloo's ring all-reduce well beyond the inline sizes. Not when a chunk would be
@@ -740,8 +741,8 @@ std::vector<std::vector<GlooCommunicator::RingPart>> PackedRings(
 char* GlooCommunicator::Staging(int which, size_t bytes) {
   // Kept between collectives (only the running one uses them): a fresh megabyte per collective
   // cost page faults and zeroing on every step. At most kPackedRingBytes (a packed ring's step),
-  // two kRingPieceBytes (a reduce-scatter's pieces, by turns) or world x 64 KiB (an inline group's
-  // payloads).
+  // two kRingPieceBytes (a reduce-scatter's pieces, by turns) or world x what goes inline to a
+  // peer (an inline group's payloads: 64 KiB, 2 MiB at 2 ranks).
   std::vector<char>& buffer = staging_[which];
   if (buffer.size() < bytes) {
     buffer.reserve(bytes);  // exactly: resize alone may double, past what TrimStaging keeps
@@ -1091,7 +1092,7 @@ std::unique_ptr<Work> GlooCommunicator::EnqueueGroup(const char* name,
                                                      DType dtype, GroupBody body) {
   const GroupShape shape(buffers, dtype);
   const int64_t moved = (world_size_ - 1) * static_cast<int64_t>(shape.peer_bytes);
-  const bool direct = leads_.CarriesInline(shape.peer_bytes);
+  const bool direct = leads_.CarriesInline(kind, shape.peer_bytes);
   return Enqueue(name, moved, moved, /*leads_only=*/direct,
                  [this, kind, buffers, shape, dtype, direct, body] {
                    const auto lead = NextGroup(kind, shape.counts, shape.chunk_count, dtype);

@@ -12,7 +12,7 @@ namespace {
 // How many of its last collectives a rank remembers, to name one a late lead describes.
 constexpr size_t kRemembered = 8;
 
-constexpr uint64_t kMagic = 0x376461654c646f72;  // "rodLead7", a lead of this wire version
+constexpr uint64_t kMagic = 0x386461654c646f72;  // "rodLead8", a lead of this wire version
 
 struct WireLead {
   uint64_t magic = kMagic;

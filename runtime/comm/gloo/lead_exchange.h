@@ -111,9 +111,14 @@ class LeadExchange {
   static constexpr size_t kMaxInlineBroadcastBytes[] = {0, 0, size_t{2} << 20, size_t{256} << 10,
                                                         size_t{128} << 10};
   // The most data a lead of `kind` carries to one peer in a world of `world_size` ranks (with
-  // all-to-all leads).
-  static size_t MaxInlineBytes(CollectiveKind kind, int64_t world_size) {
-    if (kind == CollectiveKind::kBroadcast && world_size >= 2 &&
+  // all-to-all leads). At 2 ranks every kind goes inline as far as a broadcast, for the same
+  // reason (Gloo's messages leave two one-way trips after the lead): against the rings,
+  // collective_bench, three alternating runs (2026-12-07), an all-reduce in one exchange took
+  // 0.30-0.38x the time at 256 KiB, 0.58-0.71x at 1 MiB and 0.53-0.66x at 2 MiB, and in two
+  // exchanges 0.57-0.76x at 3-4 MiB; a reduce-scatter 0.26-0.31x at 256 KiB, 0.37-0.41x at 1 MiB
+  // and 0.50-0.65x at 2-4 MiB, an all-gather 0.28-0.29x, 0.37-0.44x and 0.56-0.80x.
+  static constexpr size_t MaxInlineBytes(CollectiveKind kind, int64_t world_size) {
+    if ((kind == CollectiveKind::kBroadcast || world_size == 2) && world_size >= 2 &&
         world_size < static_cast<int64_t>(std::size(kMaxInlineBroadcastBytes))) {
       return kMaxInlineBroadcastBytes[world_size];
     }
@@ -134,9 +139,10 @@ class LeadExchange {
 
   // Whether leads go to every other rank and may carry data.
   bool all_to_all() const { return all_to_all_; }
-  // True when every message of a collective moving `bytes_per_peer` to each peer fits in a lead.
-  bool CarriesInline(size_t bytes_per_peer) const {
-    return all_to_all_ && bytes_per_peer <= kMaxInlineBytes;
+  // True when every message of a collective of `kind` moving `bytes_per_peer` to each peer fits
+  // in a lead.
+  bool CarriesInline(CollectiveKind kind, size_t bytes_per_peer) const {
+    return all_to_all_ && bytes_per_peer <= MaxInlineBytes(kind, world_size_);
   }
   // How a broadcast of `bytes` travels: in the root's lead (up to MaxInlineBytes), along the ring
   // from the root (each rank forwards what its predecessor sent, in pieces), or through Gloo's

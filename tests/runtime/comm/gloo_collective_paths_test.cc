@@ -158,26 +158,30 @@ TEST(GlooCollectivePaths, ASplitAllReduceCountsTheChunksItSends) {
       absl::Seconds(30), -1, split);
 }
 
-// How an all-reduce travels (GlooCommunicator::AllReduce).
-enum class AllReduceRoute { kOneExchange, kTwoExchanges, kRings };
-
 // An all-reduce whose chunks go inline, too large to go inline whole or sending much more that way
 // (at 3 and 4 ranks over kMaxOneExchangeExtraBytes / (world - 2)): its reduce-scatter goes in the
 // leads, its all-gather in a second exchange. At every world: the largest such (chunks of exactly
-// kInlineFloats), one float more (rings), uneven chunks, 64 KiB (one exchange at 2 ranks), and
-// either side of the one-exchange limit at 3 and 4 ranks. Every rank gets the rank-order sum bit
+// the inline limit: 64 KiB, 2 MiB at 2 ranks), one float more (rings), uneven chunks, the inline
+// limit (one exchange at 2 ranks), and either side of the one-exchange limit at 3 and 4 ranks;
+// each route as AllReduceRouteOf chose it. Every rank gets the rank-order sum bit
 // for bit inline (each chunk summed once, by its owner, in rank order), and counts what it moved:
 // in one exchange its buffer to every other rank; in two every chunk but its own, then its own to
 // every other rank; along the rings every chunk but its own, then every one but its successor's.
 TEST(GlooCollectivePaths, AnAllReduceInTwoExchangesSumsInRankOrderAndCountsItsChunks) {
-  using Route = AllReduceRoute;
+  using Route = GlooCommunicator::AllReduceRoute;
   for (int64_t world : {2, 3, 4}) {
+    // At 2 ranks up to 2 MiB goes inline to the peer (the whole buffer in one exchange, then
+    // chunks of up to 2 MiB in two).
+    const int64_t inline_floats = static_cast<int64_t>(
+        internal::LeadExchange::MaxInlineBytes(internal::CollectiveKind::kAllReduce, world) / 4);
+    ASSERT_EQ(inline_floats, world == 2 ? (int64_t{2} << 20) / 4 : kInlineFloats);
     std::vector<std::pair<int64_t, Route>> cases = {
-        {world * kInlineFloats, Route::kTwoExchanges},
-        {world * kInlineFloats + 1, Route::kRings},
-        {world * kInlineFloats - 5, Route::kTwoExchanges},
-        {kInlineFloats + world, Route::kTwoExchanges},
-        {kInlineFloats, world > 2 ? Route::kTwoExchanges : Route::kOneExchange}};
+        {world * inline_floats, Route::kTwoExchanges},
+        {world * inline_floats + 1, Route::kRings},
+        {world * inline_floats - 5, Route::kTwoExchanges},
+        {inline_floats + world, Route::kTwoExchanges},
+        {inline_floats, world > 2 ? Route::kTwoExchanges : Route::kOneExchange}};
+    if (world == 2) cases.push_back({kInlineFloats + 1, Route::kOneExchange});
     if (world > 2) {
       const int64_t one_most =
           static_cast<int64_t>(GlooCommunicator::kMaxOneExchangeExtraBytes) / 4 / (world - 2);
@@ -189,6 +193,7 @@ TEST(GlooCollectivePaths, AnAllReduceInTwoExchangesSumsInRankOrderAndCountsItsCh
       const int64_t n = count;
       const Route route = path;
       SCOPED_TRACE(testing::Message() << "world " << world << ", " << n << " floats");
+      ASSERT_TRUE(GlooCommunicator::AllReduceRouteOf(n, DType::kFloat32, world, {}) == route);
       const internal::Chunks chunks = internal::Chunks::Split(world, n, 4);
       const auto chunk = [&](int64_t r) { return static_cast<int64_t>(chunks.bytes(r % world)); };
       std::vector<std::vector<float>> results(static_cast<size_t>(world));
@@ -342,6 +347,9 @@ constexpr int64_t kPiecesFloats = int64_t{1} << 20;
 // Chunks of 256 KiB and more go round in place, each in messages of its own (kInPlaceRingBytes):
 // in fp32 a chunk of this many elements does, in bf16 not (packed with the small parts).
 constexpr int64_t kInPlaceInFp32Only = 100000;
+// The most fp32 elements a collective carries inline to its peer at 2 ranks (2 MiB).
+constexpr int64_t kTwoRankInlineFloats = static_cast<int64_t>(
+    internal::LeadExchange::MaxInlineBytes(internal::CollectiveKind::kReduceScatter, 2) / 4);
 // A chunk of this many elements is packed in fp32 and bf16 (234 KiB and 117 KiB).
 constexpr int64_t kPackedFloats = 60001;
 
@@ -362,8 +370,33 @@ const GroupCase kGroups[] = {
     {"ring, more small parts than a packed ring holds", std::vector<int64_t>(72, kPackedFloats), 16,
      2},
     {"ring, uneven", {3 * kInlineFloats + 7, 0, 11, kInlineFloats + 1}, 16},
+    // At 2 ranks up to 2 MiB a peer goes inline (fp32; bf16 twice as many elements): the most,
+    // and one float more (a ring in fp32, inline in bf16).
+    {"inline at 2 ranks, largest", {kTwoRankInlineFloats / 2, 0, kTwoRankInlineFloats / 2}, 16, 2},
+    {"ring at 2 ranks, just over inline",
+     {kTwoRankInlineFloats / 2, kTwoRankInlineFloats / 2 + 1},
+     16,
+     2},
     {"neighbour leads", {37, 0, 5}, 1},
 };
+
+// What goes inline to a peer: 2 MiB of every kind at 2 ranks, where Gloo's messages leave only two
+// one-way trips after the lead; beyond, a broadcast's own limit and 64 KiB for the other kinds.
+TEST(GlooCollectivePaths, TheInlineLimitsPerKindAndWorld) {
+  using internal::CollectiveKind;
+  using internal::LeadExchange;
+  for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+                              CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    EXPECT_EQ(LeadExchange::MaxInlineBytes(kind, 2), size_t{2} << 20);
+    for (int64_t world : {3, 4, 8}) {
+      EXPECT_EQ(LeadExchange::MaxInlineBytes(kind, world),
+                kind == CollectiveKind::kBroadcast && world <= 4
+                    ? LeadExchange::kMaxInlineBroadcastBytes[world]
+                    : LeadExchange::kMaxInlineBytes);
+    }
+  }
+}
 
 TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSums) {
   for (const GroupCase& g : kGroups) {

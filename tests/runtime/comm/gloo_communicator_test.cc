@@ -211,8 +211,8 @@ TEST(GlooCommunicator, ADurationOptionOutOfRangeIsNamed) {
 
 // A caller waiting for a collective that travels on the leads alone spins before it sleeps; one
 // whose data goes through Gloo never does (its Gloo threads would wait for a core). With a spin of
-// a second, the waits of 20 inline all-reduces spin and none sleeps; the all-gather's waits, if
-// any, sleep at once.
+// a second, the waits of 20 inline all-reduces spin and none sleeps; the waits of an all-gather
+// too large to go inline, if any, sleep at once.
 TEST(GlooCommunicator, ACallerSpinsOnlyOnCollectivesThatTravelOnTheLeads) {
   GlooOptions options;
   options.caller_spin = absl::Seconds(1);
@@ -228,9 +228,13 @@ TEST(GlooCommunicator, ACallerSpinsOnlyOnCollectivesThatTravelOnTheLeads) {
         const internal::LeadMesh::Waits inline_waits = gloo.LeadWaits();
         EXPECT_GE(inline_waits.spun, 1);
         EXPECT_EQ(inline_waits.slept, 0) << "a wait that spins for a second slept";
-        std::vector<float> big(size_t{1} << 20);
-        ASSERT_TRUE(
-            c.AllGather(big.data(), 1 << 19, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        // One float a peer more than goes inline.
+        const int64_t chunk = static_cast<int64_t>(internal::LeadExchange::MaxInlineBytes(
+                                                       internal::CollectiveKind::kAllGather, 2) /
+                                                   4) +
+                              1;
+        std::vector<float> big(static_cast<size_t>(2 * chunk));
+        ASSERT_TRUE(c.AllGather(big.data(), chunk, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
         EXPECT_EQ(gloo.LeadWaits().spun, inline_waits.spun) << "the all-gather's lead wait spun";
       },
       absl::Seconds(30), -1, options);
