@@ -27,12 +27,23 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kInlineFloats = internal::LeadExchange::kMaxInlineBytes / 4;
 
+// The most fp32 elements a collective other than a broadcast carries inline to each peer in a
+// world of `world` ranks: kInlineFloats, 2 MiB worth at 2 ranks.
+constexpr int64_t InlineFloats(int64_t world) {
+  return static_cast<int64_t>(
+      internal::LeadExchange::MaxInlineBytes(internal::CollectiveKind::kAllReduce, world) / 4);
+}
+// An all-reduce at 2 ranks too large for the leads (whole in one exchange, or its chunks in two):
+// it goes on the rings.
+constexpr int64_t kTwoRankRingAllReduceFloats = 2 * InlineFloats(2) + 8;
+
 constexpr int64_t kGlooAllReduce = 0;  // Gloo's own all-reduce above the inline sizes
 constexpr int64_t kSplitAllReduce = int64_t{1} << 30;
 
 struct Path {
   const char* name;
-  int64_t elements;  // per chunk (reduce-scatter, all-gather) or per buffer
+  // Per buffer, given the world's InlineFloats.
+  int64_t (*elements)(int64_t inline_floats);
   int64_t all_to_all_max_world;
   int64_t split_all_reduce_max_bytes;
 };
@@ -41,14 +52,17 @@ struct Path {
 // neighbour leads; large all-reduces split into our rings (counts that no world divides, so the
 // last chunks are short) and through Gloo's.
 const Path kPaths[] = {
-    {"inline", 37, 16, kGlooAllReduce},
-    {"inline, largest", kInlineFloats, 16, kGlooAllReduce},
-    {"ring, smallest", kInlineFloats + 1, 16, kGlooAllReduce},
-    {"two exchanges (split, chunks inline), smallest", kInlineFloats + 1, 16, kSplitAllReduce},
-    {"ring, uneven chunks, split all-reduce", 5 * kInlineFloats + 7, 16, kSplitAllReduce},
-    {"neighbour leads", 37, 1, kGlooAllReduce},
-    {"neighbour leads, large", 3 * kInlineFloats + 5, 1, kGlooAllReduce},
-    {"neighbour leads, large, split all-reduce", 3 * kInlineFloats + 5, 1, kSplitAllReduce},
+    {"inline", [](int64_t) -> int64_t { return 37; }, 16, kGlooAllReduce},
+    {"inline, largest", [](int64_t f) { return f; }, 16, kGlooAllReduce},
+    {"ring, smallest", [](int64_t f) { return f + 1; }, 16, kGlooAllReduce},
+    {"two exchanges (split, chunks inline), smallest", [](int64_t f) { return f + 1; }, 16,
+     kSplitAllReduce},
+    {"ring, uneven chunks, split all-reduce", [](int64_t f) { return 5 * f + 7; }, 16,
+     kSplitAllReduce},
+    {"neighbour leads", [](int64_t) -> int64_t { return 37; }, 1, kGlooAllReduce},
+    {"neighbour leads, large", [](int64_t) { return 3 * kInlineFloats + 5; }, 1, kGlooAllReduce},
+    {"neighbour leads, large, split all-reduce", [](int64_t) { return 3 * kInlineFloats + 5; }, 1,
+     kSplitAllReduce},
 };
 
 GlooOptions OptionsFor(const Path& p) {
@@ -77,7 +91,7 @@ TEST(GlooCollectivePaths, AllReduceGivesEveryRankTheSameSum) {
   for (const Path& p : kPaths) {
     for (int64_t world : {1, 2, 3, 4}) {
       SCOPED_TRACE(testing::Message() << p.name << ", world " << world);
-      const int64_t n = p.elements;
+      const int64_t n = p.elements(InlineFloats(world));
       std::vector<std::vector<float>> results(static_cast<size_t>(world));
       OnRanks(
           world,
@@ -91,7 +105,7 @@ TEST(GlooCollectivePaths, AllReduceGivesEveryRankTheSameSum) {
       for (int64_t r = 0; r < world; ++r) {
         ASSERT_EQ(results[r], results[0]) << "rank " << r << " differs from rank 0";
       }
-      const bool inline_path = p.all_to_all_max_world >= world && n <= kInlineFloats;
+      const bool inline_path = p.all_to_all_max_world >= world && n <= InlineFloats(world);
       for (int64_t i = 0; i < n; ++i) {
         double want = 0;
         for (int64_t q = 0; q < world; ++q) want += Value(q, i);
@@ -108,7 +122,7 @@ TEST(GlooCollectivePaths, AllReduceOnEveryPathEqualsTheUnshardedSumInEveryDtype)
   for (const Path& p : kPaths) {
     for (int64_t world : {2, 3, 4}) {
       SCOPED_TRACE(testing::Message() << p.name << ", world " << world);
-      const int64_t n = p.elements;
+      const int64_t n = p.elements(InlineFloats(world));
       std::vector<float> want(static_cast<size_t>(n), 0.0f);
       for (int64_t q = 0; q < world; ++q) {
         for (int64_t i = 0; i < n; ++i) want[i] += WholeValue(q, i);
@@ -266,10 +280,10 @@ TEST(GlooCollectivePaths, RanksGivenDifferentAllReduceSplitsAreNamedNotAborted) 
       options.split_all_reduce_max_bytes = r == 0 ? kSplitAllReduce : kGlooAllReduce;
       auto comm = GlooCommunicator::Create(store, r, 2, options);
       ASSERT_TRUE(comm.ok()) << comm.status();
-      std::vector<float> data(2 * kInlineFloats, 1.0f);
+      std::vector<float> data(kTwoRankRingAllReduceFloats, 1.0f);
       status[static_cast<size_t>(r)] =
           (*comm)
-              ->AllReduce(data.data(), 2 * kInlineFloats, DType::kFloat32)
+              ->AllReduce(data.data(), kTwoRankRingAllReduceFloats, DType::kFloat32)
               ->Wait(absl::Seconds(20));
     });
   }
@@ -283,7 +297,7 @@ TEST(GlooCollectivePaths, ReduceScatterAllGatherAndBroadcastOnEveryPath) {
   for (const Path& p : kPaths) {
     for (int64_t world : {1, 2, 3, 4}) {
       SCOPED_TRACE(testing::Message() << p.name << ", world " << world);
-      const int64_t chunk = p.elements;
+      const int64_t chunk = p.elements(InlineFloats(world));
       OnRanks(
           world,
           [&](int64_t r, Communicator& c) {
@@ -348,14 +362,15 @@ constexpr int64_t kPiecesFloats = int64_t{1} << 20;
 // in fp32 a chunk of this many elements does, in bf16 not (packed with the small parts).
 constexpr int64_t kInPlaceInFp32Only = 100000;
 // The most fp32 elements a collective carries inline to its peer at 2 ranks (2 MiB).
-constexpr int64_t kTwoRankInlineFloats = static_cast<int64_t>(
-    internal::LeadExchange::MaxInlineBytes(internal::CollectiveKind::kReduceScatter, 2) / 4);
+constexpr int64_t kTwoRankInlineFloats = InlineFloats(2);
 // A chunk of this many elements is packed in fp32 and bf16 (234 KiB and 117 KiB).
 constexpr int64_t kPackedFloats = 60001;
 
 const GroupCase kGroups[] = {
     {"inline", {37, 0, 5, 1}, 16},
     {"inline, largest", {kInlineFloats / 2, 0, kInlineFloats / 2}, 16},
+    // Rings at 3-4 ranks (at 2 ranks, where 2 MiB a peer goes inline, these and "ring, uneven"
+    // go inline).
     {"ring, just over inline together", {kInlineFloats / 2, kInlineFloats / 2 + 1}, 16},
     {"ring, over inline together in bf16 too", {kInlineFloats, kInlineFloats + 1}, 16},
     // Large chunks in place in pieces, in one ring, and small ones packed.
@@ -537,7 +552,7 @@ TEST(GlooCollectivePaths, AGroupOfOneIsTheSingleCollective) {
 // Ranks whose groups hold as many elements cut into other buffers (a segment plan that differs)
 // would sum one buffer's chunk into another's: named on both ranks, inline and on the ring.
 TEST(GlooCollectivePaths, GroupsCutDifferentlyAreAMismatchNamedOnBothRanks) {
-  for (int64_t unit : {int64_t{8}, kInlineFloats}) {
+  for (int64_t unit : {int64_t{8}, InlineFloats(2)}) {
     SCOPED_TRACE(testing::Message() << "unit " << unit);
     OnRanks(2, [&](int64_t r, Communicator& c) {
       std::vector<float> a(static_cast<size_t>(6 * unit), 1.0f), b(a.size(), 1.0f);
@@ -571,15 +586,16 @@ TEST(GlooCollectivePaths, GroupsCutDifferentlyAreAMismatchNamedOnBothRanks) {
 // Gloo aborting the process on a message longer than its receive.
 TEST(GlooCollectivePaths, AMismatchBetweenALargeAndASmallCollectiveIsNamedOnBothRanks) {
   OnRanks(2, [&](int64_t r, Communicator& c) {
-    const int64_t large = 2 * kInlineFloats;
+    const int64_t large = InlineFloats(2) + 1;
     std::vector<float> data(static_cast<size_t>(2 * large), 1.0f);
     const absl::Status s =
         r == 0 ? c.AllGather(data.data(), large, DType::kFloat32)->Wait(absl::Seconds(20))
                : c.ReduceScatter(data.data(), 16, DType::kFloat32)->Wait(absl::Seconds(20));
     EXPECT_THAT(std::string(s.message()), HasSubstr("collective mismatch"));
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr(r == 0 ? "rank 1 called #1 reduce_scatter(fp32 x 16)"
-                                 : "rank 0 called #1 all_gather(fp32 x 32768)"));
+    EXPECT_THAT(
+        std::string(s.message()),
+        HasSubstr(r == 0 ? std::string("rank 1 called #1 reduce_scatter(fp32 x 16)")
+                         : absl::StrCat("rank 0 called #1 all_gather(fp32 x ", large, ")")));
   });
 }
 
@@ -1026,7 +1042,7 @@ TEST(GlooCollectivePaths, ACallerRunningASmallCollectiveGetsMismatchesAndAborts)
 // A collective too large to go inline is run by a caller that waits for it at once too: a
 // mismatch and an abort reach it there.
 TEST(GlooCollectivePaths, ACallerRunningALargeCollectiveGetsMismatchesAndAborts) {
-  const int64_t n = 4 * kInlineFloats;
+  const int64_t n = kTwoRankRingAllReduceFloats;
   OnRanks(2, [&](int64_t r, Communicator& c) {
     std::vector<float> data(static_cast<size_t>(n), 1.0f);
     const absl::Status s = c.AllReduce(data.data(), r == 0 ? n : n - 1, DType::kFloat32)
@@ -1061,7 +1077,7 @@ TEST(GlooCollectivePaths, ACallerRunningALargeCollectiveGetsMismatchesAndAborts)
 // that. A waiter with a timeout shorter than the communicator's has the collective thread run its
 // collective, and those issued with it, at once.
 TEST(GlooCollectivePaths, ACollectiveNobodyWaitsForYetStillRuns) {
-  for (const int64_t n : {int64_t{8}, 4 * kInlineFloats}) {
+  for (const int64_t n : {int64_t{8}, kTwoRankRingAllReduceFloats}) {
     SCOPED_TRACE(testing::Message() << n << " floats");
     Notification done;
     OnRanks(
@@ -1091,7 +1107,7 @@ TEST(GlooCollectivePaths, ACollectiveNobodyWaitsForYetStillRuns) {
 TEST(GlooCollectivePaths, AStartedCollectiveRunsBeforeAnyoneWaits) {
   GlooOptions options;
   options.unclaimed_grace = absl::Hours(1);
-  for (const int64_t n : {int64_t{8}, 4 * kInlineFloats}) {
+  for (const int64_t n : {int64_t{8}, kTwoRankRingAllReduceFloats}) {
     SCOPED_TRACE(testing::Message() << n << " floats");
     OnRanks(
         2,
