@@ -12,7 +12,7 @@ namespace {
 // How many of its last collectives a rank remembers, to name one a late lead describes.
 constexpr size_t kRemembered = 8;
 
-constexpr uint64_t kMagic = 0x386461654c646f72;  // "rodLead8", a lead of this wire version
+constexpr uint64_t kMagic = 0x396461654c646f72;  // "rodLead9", a lead of this wire version
 
 struct WireLead {
   uint64_t magic = kMagic;
@@ -119,8 +119,8 @@ struct LeadExchange::Peer {
 };
 
 size_t LeadExchange::MaxLeadBytes(int64_t world_size) {
-  return sizeof(WireLead) +
-         std::max(kMaxInlineBytes, MaxInlineBytes(CollectiveKind::kBroadcast, world_size));
+  return sizeof(WireLead) + std::max(MaxInlineBytes(CollectiveKind::kAllReduce, world_size),
+                                     MaxInlineBytes(CollectiveKind::kBroadcast, world_size));
 }
 
 std::vector<int> LeadExchange::PeersOf(int64_t rank, int64_t world_size,

@@ -94,7 +94,7 @@ struct LeadOptions {
 
 class LeadExchange {
  public:
-  // The most data a lead carries to one peer.
+  // The most data a lead carries to one peer beyond 4 ranks (MaxInlineBytes has every world's).
   static constexpr size_t kMaxInlineBytes = size_t{64} << 10;
   // The most a broadcast carries in its root's lead (to each other rank) in a world of
   // `world_size` ranks; more goes along the chain or Gloo's tree (RouteOf).
@@ -110,6 +110,13 @@ class LeadExchange {
   //    3 ranks, 1.3x at 512 KiB; at 4 ranks 0.85x at 128 KiB, 1.1x at 256 KiB.
   static constexpr size_t kMaxInlineBroadcastBytes[] = {0, 0, size_t{2} << 20, size_t{256} << 10,
                                                         size_t{128} << 10};
+  // The same for the other kinds (MaxInlineBytes): at 3 and 4 ranks 256 KiB a peer, where against
+  // the rings (collective_bench, three alternating runs, 2026-12-07) an all-reduce of 512 KiB-1 MiB
+  // took 0.53-0.86x the time, a reduce-scatter 0.59-0.93x, an all-gather 0.68-0.96x; at 512 KiB a
+  // peer (1.5 MiB at 3 ranks) the all-gather took 1.0-1.28x, and at 1 MiB a peer or more every kind
+  // 1.1-1.9x (the frames outgrow what the sockets hold while every rank writes to every other).
+  static constexpr size_t kMaxInlineOtherBytes[] = {0, 0, size_t{2} << 20, size_t{256} << 10,
+                                                    size_t{256} << 10};
   // The most data a lead of `kind` carries to one peer in a world of `world_size` ranks (with
   // all-to-all leads). At 2 ranks every kind goes inline as far as a broadcast, for the same
   // reason (Gloo's messages leave two one-way trips after the lead): against the rings,
@@ -118,11 +125,11 @@ class LeadExchange {
   // exchanges 0.57-0.76x at 3-4 MiB; a reduce-scatter 0.26-0.31x at 256 KiB, 0.37-0.41x at 1 MiB
   // and 0.50-0.65x at 2-4 MiB, an all-gather 0.28-0.29x, 0.37-0.44x and 0.56-0.80x.
   static constexpr size_t MaxInlineBytes(CollectiveKind kind, int64_t world_size) {
-    if ((kind == CollectiveKind::kBroadcast || world_size == 2) && world_size >= 2 &&
-        world_size < static_cast<int64_t>(std::size(kMaxInlineBroadcastBytes))) {
-      return kMaxInlineBroadcastBytes[world_size];
+    if (world_size < 2 || world_size >= static_cast<int64_t>(std::size(kMaxInlineBroadcastBytes))) {
+      return kMaxInlineBytes;
     }
-    return kMaxInlineBytes;
+    return kind == CollectiveKind::kBroadcast ? kMaxInlineBroadcastBytes[world_size]
+                                              : kMaxInlineOtherBytes[world_size];
   }
 
   // The longest frame a lead takes on the mesh of a world of `world_size` ranks.

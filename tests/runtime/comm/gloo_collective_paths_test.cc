@@ -28,7 +28,7 @@ using ::testing::HasSubstr;
 constexpr int64_t kInlineFloats = internal::LeadExchange::kMaxInlineBytes / 4;
 
 // The most fp32 elements a collective other than a broadcast carries inline to each peer in a
-// world of `world` ranks: kInlineFloats, 2 MiB worth at 2 ranks.
+// world of `world` ranks: 2 MiB worth at 2 ranks, 256 KiB worth at 3 and 4, kInlineFloats beyond.
 constexpr int64_t InlineFloats(int64_t world) {
   return static_cast<int64_t>(
       internal::LeadExchange::MaxInlineBytes(internal::CollectiveKind::kAllReduce, world) / 4);
@@ -185,10 +185,8 @@ TEST(GlooCollectivePaths, AnAllReduceInTwoExchangesSumsInRankOrderAndCountsItsCh
   using Route = GlooCommunicator::AllReduceRoute;
   for (int64_t world : {2, 3, 4}) {
     // At 2 ranks up to 2 MiB goes inline to the peer (the whole buffer in one exchange, then
-    // chunks of up to 2 MiB in two).
-    const int64_t inline_floats = static_cast<int64_t>(
-        internal::LeadExchange::MaxInlineBytes(internal::CollectiveKind::kAllReduce, world) / 4);
-    ASSERT_EQ(inline_floats, world == 2 ? (int64_t{2} << 20) / 4 : kInlineFloats);
+    // chunks of up to 2 MiB in two), at 3-4 ranks 256 KiB.
+    const int64_t inline_floats = InlineFloats(world);
     std::vector<std::pair<int64_t, Route>> cases = {
         {world * inline_floats, Route::kTwoExchanges},
         {world * inline_floats + 1, Route::kRings},
@@ -351,7 +349,8 @@ TEST(GlooCollectivePaths, AnInlineAllReduceCountsWhatItSends) {
 // inline in the lead or too large (every buffer's ring transfers in flight at once).
 struct GroupCase {
   const char* name;
-  std::vector<int64_t> chunk_counts;
+  // Given the world's InlineFloats (what goes inline to a peer).
+  std::vector<int64_t> (*chunk_counts)(int64_t inline_floats);
   int64_t all_to_all_max_world;
   int64_t max_world = 4;  // the largest world run (large cases: 2, for the test's memory)
 };
@@ -361,55 +360,79 @@ constexpr int64_t kPiecesFloats = int64_t{1} << 20;
 // Chunks of 256 KiB and more go round in place, each in messages of its own (kInPlaceRingBytes):
 // in fp32 a chunk of this many elements does, in bf16 not (packed with the small parts).
 constexpr int64_t kInPlaceInFp32Only = 100000;
-// The most fp32 elements a collective carries inline to its peer at 2 ranks (2 MiB).
-constexpr int64_t kTwoRankInlineFloats = InlineFloats(2);
 // A chunk of this many elements is packed in fp32 and bf16 (234 KiB and 117 KiB).
 constexpr int64_t kPackedFloats = 60001;
 
+using Counts = std::vector<int64_t>;
 const GroupCase kGroups[] = {
-    {"inline", {37, 0, 5, 1}, 16},
-    {"inline, largest", {kInlineFloats / 2, 0, kInlineFloats / 2}, 16},
-    // Rings at 3-4 ranks (at 2 ranks, where 2 MiB a peer goes inline, these and "ring, uneven"
-    // go inline).
-    {"ring, just over inline together", {kInlineFloats / 2, kInlineFloats / 2 + 1}, 16},
-    {"ring, over inline together in bf16 too", {kInlineFloats, kInlineFloats + 1}, 16},
+    {"inline",
+     [](int64_t) {
+       return Counts{37, 0, 5, 1};
+     },
+     16},
+    {"inline, largest",
+     [](int64_t f) {
+       return Counts{f / 2, 0, f / 2};
+     },
+     16},
+    {"ring, just over inline together",
+     [](int64_t f) {
+       return Counts{f / 2, f / 2 + 1};
+     },
+     16},
+    // bf16 chunks are half the bytes: inline in bf16 the previous case's would be.
+    {"ring, over inline together in bf16 too",
+     [](int64_t f) {
+       return Counts{f, f + 1};
+     },
+     16},
     // Large chunks in place in pieces, in one ring, and small ones packed.
-    {"ring, large and small parts", {kPiecesFloats + 3, 5, 0, 17, kPiecesFloats}, 16, 3},
-    {"ring, in place in fp32, packed in bf16", {kInPlaceInFp32Only, 3, kInPlaceInFp32Only}, 16},
+    {"ring, large and small parts",
+     [](int64_t) {
+       return Counts{kPiecesFloats + 3, 5, 0, 17, kPiecesFloats};
+     },
+     16, 3},
+    {"ring, in place in fp32, packed in bf16",
+     [](int64_t) {
+       return Counts{kInPlaceInFp32Only, 3, kInPlaceInFp32Only};
+     },
+     16},
     // A chunk over 8 MiB is reduce-scattered in nine pieces, the last short.
-    {"ring, a part in pieces", {2 * kPiecesFloats + 5}, 16, 3},
-    {"ring, many large parts in one ring", std::vector<int64_t>(8, kPiecesFloats - 1000), 16, 2},
+    {"ring, a part in pieces", [](int64_t) { return Counts{2 * kPiecesFloats + 5}; }, 16, 3},
+    {"ring, many large parts in one ring", [](int64_t) { return Counts(8, kPiecesFloats - 1000); },
+     16, 2},
     // Packed steps of 2.9 MB (fp32) and 1.4 MB (bf16): pieces that start and end inside parts.
-    {"ring, small parts packed in pieces", std::vector<int64_t>(12, kPackedFloats), 16, 3},
+    {"ring, small parts packed in pieces", [](int64_t) { return Counts(12, kPackedFloats); }, 16,
+     3},
     // Small parts of more than 16 MiB a step in all: two packed rings.
-    {"ring, more small parts than a packed ring holds", std::vector<int64_t>(72, kPackedFloats), 16,
-     2},
-    {"ring, uneven", {3 * kInlineFloats + 7, 0, 11, kInlineFloats + 1}, 16},
-    // At 2 ranks up to 2 MiB a peer goes inline (fp32; bf16 twice as many elements): the most,
-    // and one float more (a ring in fp32, inline in bf16).
-    {"inline at 2 ranks, largest", {kTwoRankInlineFloats / 2, 0, kTwoRankInlineFloats / 2}, 16, 2},
-    {"ring at 2 ranks, just over inline",
-     {kTwoRankInlineFloats / 2, kTwoRankInlineFloats / 2 + 1},
-     16,
-     2},
-    {"neighbour leads", {37, 0, 5}, 1},
+    {"ring, more small parts than a packed ring holds",
+     [](int64_t) { return Counts(72, kPackedFloats); }, 16, 2},
+    {"ring, uneven",
+     [](int64_t f) {
+       return Counts{3 * f + 7, 0, 11, f + 1};
+     },
+     16},
+    {"neighbour leads",
+     [](int64_t) {
+       return Counts{37, 0, 5};
+     },
+     1},
 };
 
 // What goes inline to a peer: 2 MiB of every kind at 2 ranks, where Gloo's messages leave only two
-// one-way trips after the lead; beyond, a broadcast's own limit and 64 KiB for the other kinds.
+// one-way trips after the lead; at 3-4 ranks 256 KiB (a broadcast 256 and 128 KiB); beyond, 64 KiB.
 TEST(GlooCollectivePaths, TheInlineLimitsPerKindAndWorld) {
   using internal::CollectiveKind;
   using internal::LeadExchange;
   for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
                               CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {
     SCOPED_TRACE(static_cast<int>(kind));
+    const bool broadcast = kind == CollectiveKind::kBroadcast;
     EXPECT_EQ(LeadExchange::MaxInlineBytes(kind, 2), size_t{2} << 20);
-    for (int64_t world : {3, 4, 8}) {
-      EXPECT_EQ(LeadExchange::MaxInlineBytes(kind, world),
-                kind == CollectiveKind::kBroadcast && world <= 4
-                    ? LeadExchange::kMaxInlineBroadcastBytes[world]
-                    : LeadExchange::kMaxInlineBytes);
-    }
+    EXPECT_EQ(LeadExchange::MaxInlineBytes(kind, 3), size_t{256} << 10);
+    EXPECT_EQ(LeadExchange::MaxInlineBytes(kind, 4), (broadcast ? size_t{128} : size_t{256}) << 10);
+    EXPECT_EQ(LeadExchange::MaxInlineBytes(kind, 5), LeadExchange::kMaxInlineBytes);
+    EXPECT_EQ(LeadExchange::MaxInlineBytes(kind, 16), LeadExchange::kMaxInlineBytes);
   }
 }
 
@@ -417,8 +440,9 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
   for (const GroupCase& g : kGroups) {
     for (int64_t world = 1; world <= g.max_world; ++world) {
       SCOPED_TRACE(testing::Message() << g.name << ", world " << world);
+      const Counts counts = g.chunk_counts(InlineFloats(world));
       int64_t per_peer = 0;
-      for (int64_t c : g.chunk_counts) per_peer += c;
+      for (int64_t c : counts) per_peer += c;
       GlooOptions options;
       options.lead_all_to_all_max_world = g.all_to_all_max_world;
       OnRanks(
@@ -429,8 +453,8 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
             std::vector<std::vector<float>> fp32;
             std::vector<std::vector<uint16_t>> bf16;
             std::vector<ChunkedBuffer> fp32_group, bf16_group;
-            for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
-              const int64_t n = world * g.chunk_counts[b];
+            for (size_t b = 0; b < counts.size(); ++b) {
+              const int64_t n = world * counts[b];
               fp32.emplace_back(static_cast<size_t>(n));
               bf16.emplace_back(static_cast<size_t>(n));
               for (int64_t i = 0; i < n; ++i) {
@@ -438,16 +462,16 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
                 bf16[b][i] = FloatToBf16(fp32[b][i]);
               }
             }
-            for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
-              fp32_group.push_back({fp32[b].data(), g.chunk_counts[b]});
-              bf16_group.push_back({bf16[b].data(), g.chunk_counts[b]});
+            for (size_t b = 0; b < counts.size(); ++b) {
+              fp32_group.push_back({fp32[b].data(), counts[b]});
+              bf16_group.push_back({bf16[b].data(), counts[b]});
             }
             ASSERT_TRUE(
                 c.ReduceScatterGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(120)).ok());
             ASSERT_TRUE(
                 c.ReduceScatterGroup(bf16_group, DType::kBFloat16)->Wait(absl::Seconds(120)).ok());
-            for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
-              const int64_t chunk = g.chunk_counts[b];
+            for (size_t b = 0; b < counts.size(); ++b) {
+              const int64_t chunk = counts[b];
               for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
                 float want = 0;
                 for (int64_t q = 0; q < world; ++q) {
@@ -459,8 +483,8 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
             }
             // Each rank's own chunk of every buffer to every rank; the others' chunks hold
             // garbage until then.
-            for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
-              const int64_t chunk = g.chunk_counts[b];
+            for (size_t b = 0; b < counts.size(); ++b) {
+              const int64_t chunk = counts[b];
               for (int64_t i = 0; i < world * chunk; ++i) {
                 const bool own = i / chunk == r;
                 fp32[b][i] = own ? Value(r, i + 1000 * static_cast<int64_t>(b)) : -1e30f;
@@ -468,8 +492,8 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
             }
             ASSERT_TRUE(
                 c.AllGatherGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(120)).ok());
-            for (size_t b = 0; b < g.chunk_counts.size(); ++b) {
-              const int64_t chunk = g.chunk_counts[b];
+            for (size_t b = 0; b < counts.size(); ++b) {
+              const int64_t chunk = counts[b];
               for (int64_t i = 0; i < world * chunk; ++i) {
                 ASSERT_EQ(fp32[b][i], Value(i / chunk, i + 1000 * static_cast<int64_t>(b)))
                     << "buffer " << b << " element " << i;
@@ -523,7 +547,7 @@ TEST(GlooCollectivePaths, ASplitAllReduceInPiecesEqualsTheUnshardedSum) {
 // mixing the two forms in the same order stay in step, inline and on the ring, with leads to
 // every rank and to the neighbours only.
 TEST(GlooCollectivePaths, AGroupOfOneIsTheSingleCollective) {
-  for (int64_t chunk : {int64_t{10}, 2 * kInlineFloats}) {
+  for (int64_t chunk : {int64_t{10}, InlineFloats(3) + 1}) {
     for (int64_t all_to_all_max_world : {16, 1}) {
       SCOPED_TRACE(testing::Message()
                    << "chunk " << chunk << ", all-to-all up to " << all_to_all_max_world);
