@@ -16,10 +16,10 @@
 // order check) takes, as a share of the collective's time; collectives that go inline carry their
 // check in the data message itself and pay no extra message. "lead_waits_spun" and
 // "lead_waits_slept" count rank 0's waits for leads over the whole timed run (its two bookkeeping
-// collectives included) that spun first (GlooOptions::caller_spin; none where ranks outnumber the
-// CPUs, nor for collectives whose data goes through Gloo) and that slept, in vain after spinning or
-// at once (GlooCommunicator::LeadWaits): spun and none slept is a small collective that never
-// paid a wake-up.
+// collectives included) that spun first (GlooOptions::caller_spin; none for collectives whose data
+// goes through Gloo) and that slept, in vain after spinning or at once
+// (GlooCommunicator::LeadWaits): spun and none slept is a small collective that never paid a
+// wake-up.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

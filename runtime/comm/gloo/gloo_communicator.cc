@@ -6,7 +6,6 @@
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -115,16 +114,6 @@ std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
-// The CPUs the calling thread may run on (its affinity mask, which is the process's unless the
-// thread was pinned: a container's or taskset's limit). 1 when it cannot be read (more than
-// CPU_SETSIZE CPUs), which errs towards sleeping rather than spinning.
-int64_t CpusAvailable() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return CPU_COUNT(&set);
-}
-
 internal::LeadOptions LeadOptionsOf(const GlooOptions& options) {
   return {options.lead_all_to_all_max_world, options.split_all_reduce_max_bytes};
 }
@@ -191,8 +180,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
       caller_spin_(options_.caller_spin.has_value()
                        ? std::chrono::duration_cast<std::chrono::microseconds>(
                              absl::ToChronoNanoseconds(*options_.caller_spin))
-                   : world_size <= CpusAvailable() ? kCallerSpin
-                                                   : std::chrono::microseconds(0)),
+                       : kCallerSpin),
       loop_timer_fd_(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC)) {
   if (loop_timer_fd_ < 0) {
     throw std::system_error(errno, std::generic_category(), "timerfd_create");

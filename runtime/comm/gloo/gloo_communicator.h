@@ -74,9 +74,9 @@ struct GlooOptions {
   // 0.4 us at 5 ms).
   absl::Duration unclaimed_grace = absl::Milliseconds(5);
   // How long a caller running a collective that travels on the lead connections alone (inline,
-  // or an all-to-all barrier) polls them before it sleeps, from 0 to 1 s. Unset: 50 us while the
-  // world has no more ranks than the creating thread may run on CPUs, else 0 (see caller_spin_).
-  // The collective thread, and collectives whose data goes through Gloo, never spin.
+  // or an all-to-all barrier) polls them, yielding its CPU between polls, before it sleeps, from 0
+  // to 1 s. Unset: 50 us (see caller_spin_). The collective thread, and collectives whose data
+  // goes through Gloo, never spin.
   std::optional<absl::Duration> caller_spin;
 };
 
@@ -246,14 +246,15 @@ class GlooCommunicator final : public Communicator {
 
   // options_.unclaimed_grace, on the queue's clock.
   const std::chrono::steady_clock::duration unclaimed_grace_;
-  // How long a caller running collectives polls its lead connections before it sleeps:
-  // options_.caller_spin if set; else while the world has no more ranks than this process has
-  // CPUs, kCallerSpin, and none otherwise (ranks that share cores would spin away each other's
-  // time). At 2 ranks on the 2-core VM a 4 KiB
-  // all-reduce took 7 us with 50 us (or 200 us) of spinning against 56-57 us without, where the
-  // loopback round trip is about 66 us; at 3 ranks 4-64 KiB all-reduces and broadcasts took
-  // 1.7-3.5x as long with 50 us of spinning, 3.8-11x with 200 us (collective_bench, two
-  // alternating runs).
+  // How long a caller running collectives polls its lead connections, yielding its CPU between
+  // polls, before it sleeps: options_.caller_spin if set, else kCallerSpin. At 2 ranks on the
+  // 2-core VM a 4 KiB all-reduce took 7 us with 50 us (or 200 us) of spinning against 56-57 us
+  // without, where the loopback round trip is about 66 us. Where ranks outnumber CPUs a spin that
+  // did not yield took the CPU from the peer it waited for (at 3 ranks 4-64 KiB all-reduces and
+  // broadcasts took 1.7-3.5x as long with 50 us, 3.8-11x with 200 us), so it was off there; a spin
+  // that yields took 0.5-0.7x the time of sleeping at 3 and 4 ranks (4 KiB all-reduce 35-36 us
+  // against 52-62 at 3, 50-57 against 93-97 at 4; collective_bench, three alternating runs),
+  // 200 us no better than 50.
   // Only for collectives on the lead connections alone: spinning on the leads of a 256 KiB
   // all-gather at 2 ranks, whose data then goes through Gloo, made it take 3.8-4.0 ms in three
   // runs of three against 0.17-0.18 ms, and a 256 KiB reduce-scatter 3.9 ms in one run of three

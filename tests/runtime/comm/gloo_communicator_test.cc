@@ -240,10 +240,11 @@ TEST(GlooCommunicator, ACallerSpinsOnlyOnCollectivesThatTravelOnTheLeads) {
       absl::Seconds(30), -1, options);
 }
 
-// By default a caller spins only where the world has no more ranks than the creating thread may
-// run on CPUs: 2 ranks created on one CPU never spin (threads inherit their creator's mask), and
-// 2 ranks on 2 CPUs or more do (as long as the frame takes to come, 50 us at most, in vain or not).
-TEST(GlooCommunicator, ByDefaultACallerSpinsOnlyWhereRanksHaveACpuEach) {
+// By default a caller spins before it sleeps, yielding its CPU between polls, however many CPUs
+// the ranks share: 2 ranks on one CPU (threads inherit their creator's mask) spin too, and since
+// every wait spins first, none sleeps without having spun. Yielding is what lets the peer run
+// there; only collective_bench shows its effect (the time), no test.
+TEST(GlooCommunicator, ByDefaultACallerSpinsThoughRanksShareACpu) {
   cpu_set_t was;
   ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(was), &was), 0);
   cpu_set_t one;
@@ -260,21 +261,14 @@ TEST(GlooCommunicator, ByDefaultACallerSpinsOnlyWhereRanksHaveACpuEach) {
     for (int i = 0; i < 20; ++i) {
       ASSERT_TRUE(c.AllReduce(data.data(), 1024, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
     }
-    EXPECT_EQ(dynamic_cast<GlooCommunicator&>(c).LeadWaits().spun, 0);
-  });
-  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(was), &was), 0);
-  if (CPU_COUNT(&was) < 2) GTEST_SKIP() << "this machine lets the test run on one CPU";
-  OnRanks(2, [&](int64_t, Communicator& c) {
-    std::vector<float> data(1024, 1.0f);
-    for (int i = 0; i < 20; ++i) {
-      ASSERT_TRUE(c.AllReduce(data.data(), 1024, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
-    }
     const internal::LeadMesh::Waits waits = dynamic_cast<GlooCommunicator&>(c).LeadWaits();
+    EXPECT_LE(waits.slept, waits.spun) << "a wait slept without spinning first";
     // A lead already in costs no wait: 20 all-reduces all of whose leads were in is no failure.
     if (waits.spun + waits.slept > 0) {
       EXPECT_GE(waits.spun, 1);
     }
   });
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(was), &was), 0);
 }
 
 // Gloo writes with writev: without this a write to a peer that closed its end kills the process.
