@@ -15,11 +15,11 @@
 // a header-only lead exchange (a barrier: what a collective too large to go inline pays for the
 // order check) takes, as a share of the collective's time; collectives that go inline carry their
 // check in the data message itself and pay no extra message. "lead_waits_spun" and
-// "lead_waits_slept" count rank 0's waits for leads over the whole timed run (its two bookkeeping
-// collectives included) that spun first (GlooOptions::caller_spin; none for collectives whose data
-// goes through Gloo) and that slept, in vain after spinning or at once
-// (GlooCommunicator::LeadWaits): spun and none slept is a small collective that never paid a
-// wake-up.
+// "lead_waits_slept" count rank 0's rounds of waiting on its lead connections over the whole timed
+// run (its two bookkeeping collectives included) that spun first (GlooOptions::caller_spin; none
+// for collectives whose data goes through Gloo) and that slept, in vain after spinning or at once
+// (GlooCommunicator::LeadWaits; a long frame that comes in parts may take several rounds): spun
+// and none slept is a small collective that never paid a wake-up.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

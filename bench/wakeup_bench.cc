@@ -1,7 +1,7 @@
 // wakeup_bench: what waking a thread costs on this machine, the figures behind the Gloo
 // communicator's collective-thread design (runtime/comm/gloo/gloo_communicator.h: it sleeps on a
-// timerfd set to a collective's grace, 5 ms by default, and callers spin briefly only where ranks
-// do not outnumber CPUs). Prints one JSON object per line:
+// timerfd set to a collective's grace, 5 ms by default, and callers spin briefly on their leads,
+// yielding their CPU between polls, before they sleep). Prints one JSON object per line:
 //
 //   timerfd_set_stop  setting a timerfd `delay_us` ahead and stopping it again before it fires, as
 //                     a queued collective that a caller then runs itself does: ns per pair.

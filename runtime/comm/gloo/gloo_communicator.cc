@@ -730,7 +730,7 @@ char* GlooCommunicator::Staging(int which, size_t bytes) {
   // Kept between collectives (only the running one uses them): a fresh megabyte per collective
   // cost page faults and zeroing on every step. At most kPackedRingBytes (a packed ring's step),
   // two kRingPieceBytes (a reduce-scatter's pieces, by turns) or world x what goes inline to a
-  // peer (an inline group's payloads: 64 KiB, 2 MiB at 2 ranks).
+  // peer (an inline group's payloads: 2 MiB at 2 ranks, 256 KiB at 3-4, 64 KiB beyond).
   std::vector<char>& buffer = staging_[which];
   if (buffer.size() < bytes) {
     buffer.reserve(bytes);  // exactly: resize alone may double, past what TrimStaging keeps

@@ -110,8 +110,9 @@ class GlooCommunicator final : public Communicator {
   };
   std::map<std::string, int64_t> BytesSent() const override;
   std::map<std::string, int64_t> BytesReceived() const override;
-  // This rank's waits for leads so far that spun (GlooOptions::caller_spin) and that slept
-  // (LeadMesh::Waits). Any thread; for tests and collective_bench.
+  // This rank's rounds of waiting on its lead connections so far that spun
+  // (GlooOptions::caller_spin) and that slept (LeadMesh::Waits). Any thread; for tests and
+  // collective_bench.
   internal::LeadMesh::Waits LeadWaits() const { return leads_.waits(); }
 
   struct Op;

@@ -35,8 +35,11 @@
 // Used by whichever thread runs the communicator's collectives (its collective thread, or a
 // caller running a small one), one at a time. Every rank of a group must be given the same
 // LeadOptions (a rank that is not is named at the first collective), and the inline limits
-// (MaxInlineBytes), the chain's worlds and GlooCommunicator::kMaxOneExchangeExtraBytes are part of
-// the wire version (kMagic): changing any means a new magic.
+// (MaxInlineBytes), the chain's worlds and kMinTwoRankChainBytes,
+// GlooCommunicator::kMaxOneExchangeExtraBytes, and how the communicator cuts Gloo's messages
+// (kRingPieceBytes, kInPlaceRingBytes, kPackedRingBytes, kChainPieceBytes in
+// gloo_communicator.cc: ranks that cut them otherwise make Gloo abort the process) are part of the
+// wire version (kMagic): changing any means a new magic.
 
 #include <chrono>
 #include <cstdint>

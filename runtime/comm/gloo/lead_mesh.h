@@ -58,9 +58,10 @@ class LeadMesh {
   // How long a wait polls without blocking before it sleeps (0: it sleeps at once). By the
   // thread running the collective, for its waits.
   void SetSpin(std::chrono::microseconds spin) { spin_ = spin; }
-  // The waits so far that spun (polled without blocking first), and those that slept (blocked
-  // in poll: at once, or after spinning in vain). A frame that was in already costs no wait. Any
-  // thread; for tests and benchmarks.
+  // The rounds of waiting so far that spun (polled without blocking first), and those that slept
+  // (blocked in poll: at once, or after spinning in vain). A frame that was in already costs no
+  // round; one that comes in parts, or a wait for room to write, may cost several. Any thread; for
+  // tests and benchmarks.
   struct Waits {
     int64_t spun = 0;
     int64_t slept = 0;

@@ -53,6 +53,8 @@ struct Path {
 // last chunks are short) and through Gloo's.
 const Path kPaths[] = {
     {"inline", [](int64_t) -> int64_t { return 37; }, 16, kGlooAllReduce},
+    // Its broadcast at 4 ranks (256 KiB) is over the broadcast's inline limit there (128 KiB) and
+    // goes along the chain.
     {"inline, largest", [](int64_t f) { return f; }, 16, kGlooAllReduce},
     {"ring, smallest", [](int64_t f) { return f + 1; }, 16, kGlooAllReduce},
     {"two exchanges (split, chunks inline), smallest", [](int64_t f) { return f + 1; }, 16,
@@ -175,12 +177,12 @@ TEST(GlooCollectivePaths, ASplitAllReduceCountsTheChunksItSends) {
 // An all-reduce whose chunks go inline, too large to go inline whole or sending much more that way
 // (at 3 and 4 ranks over kMaxOneExchangeExtraBytes / (world - 2)): its reduce-scatter goes in the
 // leads, its all-gather in a second exchange. At every world: the largest such (chunks of exactly
-// the inline limit: 64 KiB, 2 MiB at 2 ranks), one float more (rings), uneven chunks, the inline
-// limit (one exchange at 2 ranks), and either side of the one-exchange limit at 3 and 4 ranks;
-// each route as AllReduceRouteOf chose it. Every rank gets the rank-order sum bit
-// for bit inline (each chunk summed once, by its owner, in rank order), and counts what it moved:
-// in one exchange its buffer to every other rank; in two every chunk but its own, then its own to
-// every other rank; along the rings every chunk but its own, then every one but its successor's.
+// the inline limit: 2 MiB at 2 ranks, 256 KiB at 3-4), one float more (rings), uneven chunks, the
+// inline limit (one exchange at 2 ranks), and either side of the one-exchange limit at 3 and 4
+// ranks; each route as AllReduceRouteOf chose it. Every rank gets the rank-order sum bit for bit
+// inline (each chunk summed once, by its owner, in rank order), and counts what it moved: in one
+// exchange its buffer to every other rank; in two every chunk but its own, then its own to every
+// other rank; along the rings every chunk but its own, then every one but its successor's.
 TEST(GlooCollectivePaths, AnAllReduceInTwoExchangesSumsInRankOrderAndCountsItsChunks) {
   using Route = GlooCommunicator::AllReduceRoute;
   for (int64_t world : {2, 3, 4}) {
@@ -397,11 +399,12 @@ const GroupCase kGroups[] = {
        return Counts{kInPlaceInFp32Only, 3, kInPlaceInFp32Only};
      },
      16},
-    // A chunk over 8 MiB is reduce-scattered in nine pieces, the last short.
+    // A chunk over 8 MiB is reduce-scattered in nine pieces in fp32, the last short (five in bf16).
     {"ring, a part in pieces", [](int64_t) { return Counts{2 * kPiecesFloats + 5}; }, 16, 3},
     {"ring, many large parts in one ring", [](int64_t) { return Counts(8, kPiecesFloats - 1000); },
      16, 2},
-    // Packed steps of 2.9 MB (fp32) and 1.4 MB (bf16): pieces that start and end inside parts.
+    // Packed steps of 2.9 MB (fp32) and 1.4 MB (bf16): pieces that start and end inside parts (in
+    // bf16 at 3 ranks only: at 2 its 1.4 MB a peer goes inline).
     {"ring, small parts packed in pieces", [](int64_t) { return Counts(12, kPackedFloats); }, 16,
      3},
     // Small parts of more than 16 MiB a step in all: two packed rings.
