@@ -629,14 +629,6 @@ size_t MaxStepBytes(const std::vector<GlooCommunicator::RingPart>& parts, int64_
   return most;
 }
 
-// Copies chunk `i` of every part into `out`, end to end.
-void PackChunk(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, char* out) {
-  for (const auto& part : parts) {
-    std::memcpy(out, part.data + part.chunks.offset(i), part.chunks.bytes(i));
-    out += part.chunks.bytes(i);
-  }
-}
-
 // Calls fn(in_part, n, from) for each part's share of bytes [begin, begin + bytes) of the packed
 // step of chunk `i` (chunk `i` of every part, end to end): `n` bytes at `in_part` in the part,
 // which sit at offset `from` of the packed step.
@@ -652,6 +644,19 @@ void ForEachInStep(const std::vector<GlooCommunicator::RingPart>& parts, int64_t
     if (lo < hi) fn(part.data + part.chunks.offset(i) + (lo - from), hi - lo, lo);
     from += chunk_bytes;
   }
+}
+
+// Copies bytes [begin, begin + bytes) of the packed step of chunk `i` to where they sit in `out`
+// (the packed step's memory).
+void PackRange(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, size_t begin,
+               size_t bytes, char* out) {
+  ForEachInStep(parts, i, begin, bytes,
+                [&](char* in_part, size_t n, size_t from) { std::memcpy(out + from, in_part, n); });
+}
+
+// Copies chunk `i` of every part into `out`, end to end.
+void PackChunk(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, char* out) {
+  PackRange(parts, i, 0, StepBytes(parts, i), out);
 }
 
 // The reverse: chunk `i` of every part from `in`.
@@ -692,6 +697,67 @@ struct Pieces {
 constexpr size_t kChainPieceBytes = size_t{1} << 20;
 // Staging is kept between collectives up to this size each (a larger one is freed at the end).
 constexpr size_t kKeptStagingBytes = size_t{16} << 20;
+
+// Parts sent from and received into their own memory, chunk by chunk in pieces: a Gloo buffer
+// per part, and what was posted on each and not yet waited for.
+class InPlaceParts {
+ public:
+  // Where one piece of a chunk sits: which part, where in it, how many bytes.
+  struct Piece {
+    size_t part, at, bytes;
+  };
+
+  InPlaceParts(gloo::Context& context, const std::vector<GlooCommunicator::RingPart>& parts,
+               Pieces pieces)
+      : parts_(parts), pieces_(pieces), sends_(parts.size()), receives_(parts.size()) {
+    for (const auto& part : parts) {
+      buffers_.push_back(context.createUnboundBuffer(part.data, part.chunks.total_bytes()));
+    }
+  }
+
+  // For WatchedBuffers.
+  std::vector<gloo::transport::UnboundBuffer*> buffers() const {
+    std::vector<gloo::transport::UnboundBuffer*> out;
+    for (const auto& b : buffers_) out.push_back(b.get());
+    return out;
+  }
+  // Chunk `i`'s pieces of every part, in order.
+  std::vector<Piece> Of(int64_t i) const {
+    std::vector<Piece> out;
+    for (size_t p = 0; p < parts_.size(); ++p) {
+      const internal::Chunks& c = parts_[p].chunks;
+      for (size_t k = 0; k < pieces_.Count(c.bytes(i)); ++k) {
+        out.push_back({p, c.offset(i) + k * pieces_.size, pieces_.Bytes(c.bytes(i), k)});
+      }
+    }
+    return out;
+  }
+  void Send(const Piece& p, int peer, uint64_t slot) {
+    buffers_[p.part]->send(peer, slot, p.at, p.bytes);
+    ++sends_[p.part];
+  }
+  void Receive(const Piece& p, int peer, uint64_t slot) {
+    buffers_[p.part]->recv(peer, slot, p.at, p.bytes);
+    ++receives_[p.part];
+  }
+  // Chunk `i`'s pieces of every part to `peer` (or from it) on `slot`.
+  void Post(bool send, int peer, uint64_t slot, int64_t i) {
+    for (const Piece& p : Of(i)) send ? Send(p, peer, slot) : Receive(p, peer, slot);
+  }
+  // Waits for everything posted.
+  void WaitPosted(std::chrono::milliseconds timeout) {
+    for (size_t p = 0; p < parts_.size(); ++p) {
+      for (; receives_[p] > 0; --receives_[p]) Waited(buffers_[p]->waitRecv(timeout), "receive");
+      for (; sends_[p] > 0; --sends_[p]) Waited(buffers_[p]->waitSend(timeout), "send");
+    }
+  }
+
+ private:
+  const std::vector<GlooCommunicator::RingPart>& parts_;
+  const Pieces pieces_;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers_;
+  std::vector<size_t> sends_, receives_;  // posted on each part's buffer, not yet waited for
+};
 
 // A group's parts: those that go round in place (kInPlaceRingBytes), and the rest.
 struct SplitParts {
@@ -791,44 +857,25 @@ void GlooCommunicator::RingAllGatherInPlace(const std::vector<RingPart>& parts) 
   const int64_t w = world_size_, r = rank_;
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const auto timeout = Millis(options_.timeout);
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> wholes;
-  std::vector<gloo::transport::UnboundBuffer*> watch;
-  std::vector<uint64_t> slots;
-  for (const RingPart& part : parts) {
-    wholes.push_back(context_->createUnboundBuffer(part.data, part.chunks.total_bytes()));
-    watch.push_back(wholes.back().get());
-    // A slot of its own for each part: a part's messages can match only its own receives.
-    slots.push_back(static_cast<uint64_t>(context_->nextSlot()));
-  }
-  const WatchedBuffers watched(*this, std::move(watch));
   // In pieces: a chunk as one message took 1.03-1.31x the time from 4 MiB at 2-4 ranks
   // (collective_bench --ops all_gather, three alternating runs, 1-64 MiB; even at 1 MiB), as a
   // 2-rank broadcast's one Gloo message did against the chain's pieces.
-  const Pieces pieces(kRingPieceBytes);
+  InPlaceParts in_place(*context_, parts, Pieces(kRingPieceBytes));
+  const WatchedBuffers watched(*this, in_place.buffers());
+  // A slot of its own for each part: a part's messages can match only its own receives.
+  std::vector<uint64_t> slots;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    slots.push_back(static_cast<uint64_t>(context_->nextSlot()));
+  }
   // Step s forwards chunk r-s and receives chunk r-s-1 straight into place, every part at once.
   for (int64_t s = 0; s < w - 1; ++s) {
-    const int64_t send_chunk = (r - s + w) % w;
-    const int64_t recv_chunk = (r - s - 1 + w) % w;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const internal::Chunks& c = parts[i].chunks;
-      for (size_t k = 0; k < pieces.Count(c.bytes(recv_chunk)); ++k) {
-        wholes[i]->recv(prev, slots[i], c.offset(recv_chunk) + k * pieces.size,
-                        pieces.Bytes(c.bytes(recv_chunk), k));
-      }
-      for (size_t k = 0; k < pieces.Count(c.bytes(send_chunk)); ++k) {
-        wholes[i]->send(next, slots[i], c.offset(send_chunk) + k * pieces.size,
-                        pieces.Bytes(c.bytes(send_chunk), k));
-      }
+    for (const InPlaceParts::Piece& p : in_place.Of((r - s - 1 + w) % w)) {
+      in_place.Receive(p, prev, slots[p.part]);
     }
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const internal::Chunks& c = parts[i].chunks;
-      for (size_t k = 0; k < pieces.Count(c.bytes(recv_chunk)); ++k) {
-        Waited(wholes[i]->waitRecv(timeout), "receive");
-      }
-      for (size_t k = 0; k < pieces.Count(c.bytes(send_chunk)); ++k) {
-        Waited(wholes[i]->waitSend(timeout), "send");
-      }
+    for (const InPlaceParts::Piece& p : in_place.Of((r - s + w) % w)) {
+      in_place.Send(p, next, slots[p.part]);
     }
+    in_place.WaitPosted(timeout);
   }
 }
 
@@ -875,9 +922,7 @@ void GlooCommunicator::RingReduceScatterPacked(const std::vector<RingPart>& part
     // Each piece leaves as soon as it is packed.
     for (size_t k = 0; k < sends; ++k) {
       const size_t at = k * pieces.size, bytes = pieces.Bytes(send_bytes, k);
-      ForEachInStep(parts, send_chunk, at, bytes, [&](char* in_part, size_t n, size_t from) {
-        std::memcpy(outgoing + from, in_part, n);
-      });
+      PackRange(parts, send_chunk, at, bytes, outgoing);
       source->send(next, slot, at, bytes);
     }
     for (size_t k = 0; k < receives; ++k) {
@@ -912,51 +957,15 @@ void GlooCommunicator::RingReduceScatterInPieces(const std::vector<RingPart>& pa
       context_->createUnboundBuffer(scratch[0], pieces.size),
       context_->createUnboundBuffer(scratch[1], pieces.size)};
   // The reduce-scatter's sends, and the all-gather's sends and receives (into place).
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> wholes;
-  std::vector<gloo::transport::UnboundBuffer*> watch = {incoming[0].get(), incoming[1].get()};
-  for (const RingPart& part : parts) {
-    wholes.push_back(context_->createUnboundBuffer(part.data, part.chunks.total_bytes()));
-    watch.push_back(wholes.back().get());
-  }
+  InPlaceParts in_place(*context_, parts, pieces);
+  std::vector<gloo::transport::UnboundBuffer*> watch = in_place.buffers();
+  watch.push_back(incoming[0].get());
+  watch.push_back(incoming[1].get());
   const WatchedBuffers watched(*this, std::move(watch));
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const uint64_t slot = static_cast<uint64_t>(context_->nextSlot());
   const uint64_t gather_slot = then_all_gather ? static_cast<uint64_t>(context_->nextSlot()) : 0;
   const auto timeout = Millis(options_.timeout);
-  // Chunk `i`'s pieces of every part, in order: which part, where in it, how many bytes.
-  struct Piece {
-    size_t part, at, bytes;
-  };
-  const auto pieces_of = [&](int64_t i) {
-    std::vector<Piece> out;
-    for (size_t p = 0; p < parts.size(); ++p) {
-      const internal::Chunks& c = parts[p].chunks;
-      for (size_t k = 0; k < pieces.Count(c.bytes(i)); ++k) {
-        out.push_back({p, c.offset(i) + k * pieces.size, pieces.Bytes(c.bytes(i), k)});
-      }
-    }
-    return out;
-  };
-  // Sends and receives posted on each part's buffer and not yet waited for.
-  std::vector<size_t> sends(parts.size()), receives(parts.size());
-  // Chunk `i`'s pieces to `peer` (or from it) on `on`, out of place or into it.
-  const auto post = [&](bool send, int peer, uint64_t on, int64_t i) {
-    for (const Piece& p : pieces_of(i)) {
-      if (send) {
-        wholes[p.part]->send(peer, on, p.at, p.bytes);
-        ++sends[p.part];
-      } else {
-        wholes[p.part]->recv(peer, on, p.at, p.bytes);
-        ++receives[p.part];
-      }
-    }
-  };
-  const auto wait_posted = [&] {
-    for (size_t p = 0; p < parts.size(); ++p) {
-      for (; receives[p] > 0; --receives[p]) Waited(wholes[p]->waitRecv(timeout), "receive");
-      for (; sends[p] > 0; --sends[p]) Waited(wholes[p]->waitSend(timeout), "send");
-    }
-  };
   // Step s sends the partial sum of chunk r-s-1 and adds the arriving chunk r-s-2; after w-1
   // steps chunk r holds every rank's contribution. Every part's pieces go and arrive in order (one
   // slot, one peer each way: Gloo matches a slot's messages first come, first served, whichever
@@ -965,37 +974,34 @@ void GlooCommunicator::RingReduceScatterInPieces(const std::vector<RingPart>& pa
     const int64_t send_chunk = (r - s - 1 + 2 * w) % w;
     const int64_t recv_chunk = (r - s - 2 + 2 * w) % w;  // r at the last step
     const bool last = s == w - 2;
-    const std::vector<Piece> arriving = pieces_of(recv_chunk);
+    const std::vector<InPlaceParts::Piece> arriving = in_place.Of(recv_chunk);
     // The all-gather's first step overlaps the reduce-scatter's last: chunk r-1 arrives into
     // place (it left at step 0: by the time the predecessor sends it back summed, every piece of
     // it that this rank sent has arrived there), and chunk r goes on piece by piece as it is
     // summed.
-    if (then_all_gather && last) post(false, prev, gather_slot, (r + w - 1) % w);
+    if (then_all_gather && last) in_place.Post(false, prev, gather_slot, (r + w - 1) % w);
     if (!arriving.empty()) incoming[0]->recv(prev, slot, 0, arriving[0].bytes);
-    post(true, next, slot, send_chunk);
+    in_place.Post(true, next, slot, send_chunk);
     for (size_t k = 0; k < arriving.size(); ++k) {
       if (k + 1 < arriving.size()) {
         incoming[(k + 1) % 2]->recv(prev, slot, 0, arriving[k + 1].bytes);
       }
       Waited(incoming[k % 2]->waitRecv(timeout), "receive");
-      const Piece& in = arriving[k];
+      const InPlaceParts::Piece& in = arriving[k];
       char* target = parts[in.part].data + in.at;
       internal::ElementSum(dtype, target, target, scratch[k % 2],
                            in.bytes / static_cast<size_t>(DTypeBytes(dtype)));
-      if (then_all_gather && last) {
-        wholes[in.part]->send(next, gather_slot, in.at, in.bytes);
-        ++sends[in.part];
-      }
+      if (then_all_gather && last) in_place.Send(in, next, gather_slot);
     }
-    wait_posted();
+    in_place.WaitPosted(timeout);
   }
   if (!then_all_gather) return;
   // The all-gather's other steps, whole chunks into place: step g forwards chunk r-g and receives
   // chunk r-g-1.
   for (int64_t g = 1; g < w - 1; ++g) {
-    post(false, prev, gather_slot, (r - g - 1 + 2 * w) % w);
-    post(true, next, gather_slot, (r - g + 2 * w) % w);
-    wait_posted();
+    in_place.Post(false, prev, gather_slot, (r - g - 1 + 2 * w) % w);
+    in_place.Post(true, next, gather_slot, (r - g + 2 * w) % w);
+    in_place.WaitPosted(timeout);
   }
 }
 
