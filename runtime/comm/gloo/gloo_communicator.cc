@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/comm/gloo/element_sum.h"
 #include "runtime/comm/gloo/store_adapter.h"
+#include "runtime/common/status_macros.h"
 
 namespace zerod::comm {
 
@@ -114,6 +115,14 @@ std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
+// A duration option `name` from 0 to `most`, else InvalidArgument naming it.
+absl::Status DurationInRange(const char* name, absl::Duration value, absl::Duration most) {
+  if (value >= absl::ZeroDuration() && value <= most) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("gloo: ", name, " must be from 0 to ",
+                                                 absl::FormatDuration(most), ", not ",
+                                                 absl::FormatDuration(value)));
+}
+
 internal::LeadOptions LeadOptionsOf(const GlooOptions& options) {
   return {options.lead_all_to_all_max_world, options.split_all_reduce_max_bytes};
 }
@@ -126,15 +135,10 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: rank ", rank, " is out of range for world size ", world_size));
   }
-  if (options.unclaimed_grace < absl::ZeroDuration() || options.unclaimed_grace > absl::Hours(24)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo: unclaimed_grace must be from 0 to 24h, not ",
-                     absl::FormatDuration(options.unclaimed_grace)));
-  }
-  if (options.caller_spin.has_value() &&
-      (*options.caller_spin < absl::ZeroDuration() || *options.caller_spin > absl::Seconds(1))) {
-    return absl::InvalidArgumentError(absl::StrCat("gloo: caller_spin must be from 0 to 1s, not ",
-                                                   absl::FormatDuration(*options.caller_spin)));
+  ZEROD_RETURN_IF_ERROR(
+      DurationInRange("unclaimed_grace", options.unclaimed_grace, absl::Hours(24)));
+  if (options.caller_spin.has_value()) {
+    ZEROD_RETURN_IF_ERROR(DurationInRange("caller_spin", *options.caller_spin, absl::Seconds(1)));
   }
   IgnoreSigpipe();
   try {

@@ -55,8 +55,8 @@ class LeadMesh {
   void Flush(std::chrono::milliseconds timeout);
   // Shuts every connection down and wakes a wait; any thread, any number of times.
   void Close();
-  // How long a wait polls without blocking before it sleeps (0: it sleeps at once). By the
-  // thread running the collective, for its waits.
+  // How long a wait polls without blocking, yielding its CPU between polls, before it sleeps (0:
+  // it sleeps at once). By the thread running the collective, for its waits.
   void SetSpin(std::chrono::microseconds spin) { spin_ = spin; }
   // The rounds of waiting so far that spun (polled without blocking first), and those that slept
   // (blocked in poll: at once, or after spinning in vain). A frame that was in already costs no
