@@ -351,11 +351,8 @@ double TimeIt(comm::Communicator& c, double min_time, const std::function<void()
 }
 
 void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
-             const std::vector<int64_t>& sizes, double min_time, int64_t split_all_reduce_max) {
+             const std::vector<int64_t>& sizes, double min_time, const comm::GlooOptions& options) {
   auto store = std::make_shared<comm::FileStore>(store_dir);
-  comm::GlooOptions options;
-  options.timeout = absl::Seconds(120);
-  if (split_all_reduce_max >= 0) options.split_all_reduce_max_bytes = split_all_reduce_max;
   auto created = comm::GlooCommunicator::Create(store, rank, world, options);
   Check(created.status(), "connect");
   comm::GlooCommunicator& gloo = **created;
@@ -386,10 +383,15 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
       const auto route = Exchange::RouteOf(static_cast<size_t>(per_peer), world, all_to_all);
       // An all-reduce goes inline in one exchange or two, as the communicator decides.
       using AllReduceRoute = comm::GlooCommunicator::AllReduceRoute;
-      const AllReduceRoute all_reduce_route =
-          comm::GlooCommunicator::AllReduceRouteOf(elements, dtype, world, options);
+      const AllReduceRoute all_reduce_route = comm::GlooCommunicator::AllReduceRouteOf(
+          elements, dtype, world, options, gloo.UsesSharedMemory());
+      // Buffers of this rank's together (a group's too) from the minimum up, but broadcasts.
+      const bool shared_memory =
+          !broadcast && gloo.UsesSharedMemory() &&
+          size >= comm::GlooCommunicator::SharedMemoryMinBytes(options, world);
       const bool inline_path =
-          broadcast ? route == Exchange::BroadcastRoute::kInline
+          shared_memory ? false
+          : broadcast   ? route == Exchange::BroadcastRoute::kInline
           : std::string(op.name) == "all_reduce"
               ? all_reduce_route == AllReduceRoute::kOneExchange ||
                     all_reduce_route == AllReduceRoute::kTwoExchanges
@@ -405,11 +407,12 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
         std::printf(
             "{\"kind\": \"collective\", \"impl\": \"zerod\", \"op\": \"%s\", \"world\": %lld, "
             "\"bytes\": %lld, \"time_us\": %.1f, \"inline\": %s, \"chain\": %s, "
+            "\"shared_memory\": %s, "
             "\"lead_share\": %.3f, \"buffers\": %lld, \"lead_waits_spun\": %lld, "
             "\"lead_waits_slept\": %lld}\n",
             op.name, static_cast<long long>(world), static_cast<long long>(size), t * 1e6,
             inline_path ? "true" : "false", chain ? "true" : "false",
-            inline_path || chain ? 0.0 : lead / t,
+            shared_memory ? "true" : "false", inline_path || chain ? 0.0 : lead / t,
             static_cast<long long>(op.grouped ? group_buffers : 1),
             static_cast<long long>(waits_after.spun - waits_before.spun),
             static_cast<long long>(waits_after.slept - waits_before.slept));
@@ -464,12 +467,26 @@ int main(int argc, char** argv) {
   app.add_option("--split-all-reduce-max", split_text,
                  "GlooOptions::split_all_reduce_max_bytes (1: Gloo's all-reduce above the inline "
                  "sizes), to measure the cross-over");
+  std::string shared_memory_text;
+  app.add_option("--shared-memory-min", shared_memory_text,
+                 "GlooOptions::shared_memory_min_bytes, or 'off' for TCP only, to measure the "
+                 "cross-over");
   CLI11_PARSE(app, argc, argv);
-  int64_t split_all_reduce_max = -1;
+  comm::GlooOptions options;
+  options.timeout = absl::Seconds(120);
   if (!split_text.empty()) {
     auto bytes = ParseBytes(split_text);
     if (!bytes.ok() || *bytes < 0) Die("--split-all-reduce-max: bad size '" + split_text + "'");
-    split_all_reduce_max = *bytes;
+    options.split_all_reduce_max_bytes = *bytes;
+  }
+  if (shared_memory_text == "off") {
+    options.shared_memory = false;
+  } else if (!shared_memory_text.empty()) {
+    auto bytes = ParseBytes(shared_memory_text);
+    if (!bytes.ok() || *bytes < 0) {
+      Die("--shared-memory-min: bad size '" + shared_memory_text + "'");
+    }
+    options.shared_memory_min_bytes = *bytes;
   }
   dtype = dtype_text == "bf16"   ? DType::kBFloat16
           : dtype_text == "fp16" ? DType::kFloat16
@@ -496,7 +513,7 @@ int main(int argc, char** argv) {
       const pid_t pid = fork();
       if (pid < 0) Die("fork failed");
       if (pid == 0) {
-        RunRank(dir, r, world, sizes, min_time, split_all_reduce_max);
+        RunRank(dir, r, world, sizes, min_time, options);
         std::fflush(stdout);
         _exit(0);
       }

@@ -4,7 +4,8 @@
 Per world size: for each op and size, zerod's time beside torch gloo's and their ratio, zerod's
 bus bandwidth (what each rank moves, per second) against the loopback bandwidth measured in the
 same run, and the share of the order check (the lead exchange) in zerod's time ("inline": carried
-in the data's own message; "chain": a chain broadcast's sparse leads, no exchange of their own). Then the aims of
+in the data's own message; "chain": a chain broadcast's sparse leads, no exchange of their own;
+"shm": the data went through shared memory, where the loopback's bandwidth is no limit). Then the aims of
 issue 15: every collective at most torch's time, and 4 KiB within 1.5x the loopback round trip;
 beside the latter, each world's 4 KiB against the bare exchange of 4 KiB among as many processes
 (what one inline exchange cannot beat here, where more processes than cores share the machine).
@@ -89,7 +90,8 @@ def main():
                 bus = moved_per_rank(op, world, size) / (zt * 1e-6) / 1e9
                 of_link = f"{bus / bandwidth:.2f}" if bandwidth else "-"
                 share = ("inline" if z.get("inline") else "chain" if z.get("chain")
-                         else f"{leads.get(('zerod', world), 0) / zt:.0%}")
+                         else f"{leads.get(('zerod', world), 0) / zt:.0%}"
+                         + (" shm" if z.get("shared_memory") else ""))
                 print(f"{op:<15}{size_name(size):>9}{zt:>11.1f}"
                       f"{(f'{tt:.1f}' if tt else 'n/a'):>11}{ratio:>9}{bus:>12.2f}{of_link:>13}"
                       f"{share:>13}")

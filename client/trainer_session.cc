@@ -95,6 +95,13 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
 #endif
   ClientOptions defaults;
   absl::Duration retry_for = defaults.retry_for;
+  if (const std::string shm = Env("ZEROD_GLOO_SHARED_MEMORY"); !shm.empty()) {
+    if (shm != "0" && shm != "1") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ZEROD_GLOO_SHARED_MEMORY='", shm, "' is not 0 (off) or 1 (on)"));
+    }
+    o.shared_memory = shm == "1";
+  }
   if (const std::string retry = Env("ZEROD_RETRY_FOR"); !retry.empty()) {
     if (!absl::ParseDuration(retry, &retry_for) || retry_for < absl::ZeroDuration()) {
       return absl::InvalidArgumentError(
@@ -139,6 +146,11 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
   return s;
 }
 
+bool TrainerSession::uses_shared_memory() const {
+  const auto* gloo = dynamic_cast<const comm::GlooCommunicator*>(communicator_.get());
+  return gloo != nullptr && gloo->UsesSharedMemory();
+}
+
 std::string TrainerSession::PeerAddress() const {
   if (std::string host = Env("ZEROD_GLOO_HOST"); !host.empty()) return host;
   if (!membership_.node_address.empty()) return membership_.node_address;
@@ -156,6 +168,7 @@ absl::Status TrainerSession::Connect() {
     comm::GlooOptions gloo;
     gloo.timeout = options_.collective_timeout;
     gloo.hostname = PeerAddress();
+    gloo.shared_memory = options_.shared_memory;
     make = [this, rank, world, gloo](const std::string& name) {
       return comm::GlooCommunicator::Create(
           std::make_shared<comm::PrefixStore>("gloo" + name, store_), rank, world, gloo);

@@ -70,6 +70,9 @@ struct SessionOptions {
   // Stage 3: gathers on a communicator of their own (one more set of connections per rank), so
   // the prefetch of the next unit does not wait behind backward's reduce-scatters.
   bool gather_communicator = true;
+  // Gloo: ranks that all run on one host move large collectives through shared memory
+  // (GlooOptions::shared_memory). $ZEROD_GLOO_SHARED_MEMORY=0 turns it off, =1 leaves it on.
+  bool shared_memory = true;
 };
 
 class TrainerSession {
@@ -89,6 +92,9 @@ class TrainerSession {
   std::string PeerAddress() const;
   // Whether stage-3 gathers run on a communicator of their own.
   bool has_gather_communicator() const { return gather_communicator_ != nullptr; }
+  // Whether the collectives move large buffers through shared memory (Gloo, every rank on this
+  // host, SessionOptions::shared_memory on).
+  bool uses_shared_memory() const;
   // Where the engine's buffers live: nullptr for host memory, CudaOps on "cuda:N". A model that
   // computes on the host uploads its gradients through a buffer allocated with these ops.
   std::shared_ptr<engine::DeviceOps> device_ops() const { return device_ops_; }

@@ -436,6 +436,7 @@ int main(int argc, char** argv) {
         {"world_size", world},
         {"device", session ? session->device() : std::string("cpu")},
         {"gather_communicator", session && session->has_gather_communicator()},
+        {"shared_memory", session && session->uses_shared_memory()},
         {"dtype", std::string(DTypeName(*dtype))},
         {"steps", steps},
         {"params", plan.total_numel()},

@@ -91,6 +91,30 @@ TEST(Train, StageThreeGathersGiveTheSameRunOnEitherCommunicator) {
   EXPECT_EQ(runs[0]["comm_bytes_by_collective"], runs[1]["comm_bytes_by_collective"]);
 }
 
+// Through shared memory (ranks of one host, by default) or over TCP ($ZEROD_GLOO_SHARED_MEMORY=0):
+// at 2 ranks every sum has two terms, so the same bits either way, and the same bytes counted.
+TEST(Train, SharedMemoryOrTcpGiveTheSameRun) {
+  ZerodHarness zerod;
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  std::vector<json> runs;
+  for (const char* shm : {"1", "0"}) {
+    const ProcessResult r =
+        RunProcess({"/usr/bin/env", absl::StrCat("ZEROD_GLOO_SHARED_MEMORY=", shm), ZERORUN_PATH,
+                    "-n", "2", "--endpoint", zerod.endpoint(), "--job", absl::StrCat("shm", shm),
+                    "--", TRAIN_MLP_PATH, "--stage", "2", "--dtype", "bf16", "--steps", "3"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    runs.push_back(TrainSummary(r.out));
+    EXPECT_EQ(runs.back()["shared_memory"], std::string(shm) == "1");
+  }
+  EXPECT_EQ(runs[0]["final_loss"], runs[1]["final_loss"]);
+  EXPECT_EQ(runs[0]["comm_bytes_by_collective"], runs[1]["comm_bytes_by_collective"]);
+  const ProcessResult bad =
+      RunProcess({"/usr/bin/env", "ZEROD_GLOO_SHARED_MEMORY=yes", "ZEROD_RANK=0", TRAIN_MLP_PATH,
+                  "--endpoint", zerod.endpoint(), "--job", "shm-bad", "--world", "2"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("ZEROD_GLOO_SHARED_MEMORY='yes' is not 0 (off) or 1 (on)"));
+}
+
 // With every layer's unit live at once, backward finds the units forward gathered: fewer bytes
 // all-gathered, the same run.
 TEST(Train, KeepingEveryUnitLiveSavesBackwardsGathersAndChangesNoNumber) {

@@ -123,8 +123,9 @@ absl::Status DurationInRange(const char* name, absl::Duration value, absl::Durat
                                                  absl::FormatDuration(value)));
 }
 
-internal::LeadOptions LeadOptionsOf(const GlooOptions& options) {
-  return {options.lead_all_to_all_max_world, options.split_all_reduce_max_bytes};
+internal::LeadOptions LeadOptionsOf(const GlooOptions& options, int64_t world_size) {
+  return {options.lead_all_to_all_max_world, options.split_all_reduce_max_bytes,
+          GlooCommunicator::SharedMemoryMinBytes(options, world_size)};
 }
 
 }  // namespace
@@ -140,6 +141,10 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   if (options.caller_spin.has_value()) {
     ZEROD_RETURN_IF_ERROR(DurationInRange("caller_spin", *options.caller_spin, absl::Seconds(1)));
   }
+  if (options.shared_memory_min_bytes.value_or(0) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo: shared_memory_min_bytes must be 0 or more, not ", *options.shared_memory_min_bytes));
+  }
   IgnoreSigpipe();
   try {
     gloo::transport::tcp::attr attr(options.hostname.c_str());
@@ -152,7 +157,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     std::unique_ptr<internal::LeadMesh> mesh;
     if (world_size > 1) {
       const std::vector<int> peers =
-          internal::LeadExchange::PeersOf(rank, world_size, LeadOptionsOf(options));
+          internal::LeadExchange::PeersOf(rank, world_size, LeadOptionsOf(options, world_size));
       auto connected = internal::LeadMesh::Connect(
           *store, "zerod_leads/", rank, peers, options.hostname,
           internal::LeadExchange::MaxLeadBytes(world_size), options.timeout);
@@ -163,8 +168,15 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
       }
       mesh = std::move(*connected);
     }
-    return std::unique_ptr<GlooCommunicator>(
-        new GlooCommunicator(std::move(context), std::move(mesh), rank, world_size, options));
+    auto shm = internal::SharedMemoryMesh::Connect(*store, "zerod_shm/", rank, world_size,
+                                                   options.shared_memory, options.timeout);
+    if (!shm.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("gloo: rank ", rank, " of ", world_size,
+                       " could not set up shared memory: ", shm.status().message()));
+    }
+    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
+        std::move(context), std::move(mesh), std::move(*shm), rank, world_size, options));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("gloo: rank ", rank, " of ", world_size, " could not connect: ", e.what()));
@@ -172,13 +184,16 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
 }
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
-                                   std::unique_ptr<internal::LeadMesh> mesh, int64_t rank,
+                                   std::unique_ptr<internal::LeadMesh> mesh,
+                                   std::unique_ptr<internal::SharedMemoryMesh> shm, int64_t rank,
                                    int64_t world_size, GlooOptions options)
     : context_(std::move(context)),
       rank_(rank),
       world_size_(world_size),
       options_(std::move(options)),
-      leads_(std::move(mesh), rank, world_size, LeadOptionsOf(options_), Millis(options_.timeout)),
+      leads_(std::move(mesh), rank, world_size, LeadOptionsOf(options_, world_size),
+             Millis(options_.timeout)),
+      shm_(std::move(shm)),
       unclaimed_grace_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           absl::ToChronoNanoseconds(options_.unclaimed_grace))),
       caller_spin_(options_.caller_spin.has_value()
@@ -393,6 +408,7 @@ void GlooCommunicator::CloseConnections() {
   // libgloo-dev lacks gloo/common/memory.h, which the tcp headers include), so a wait that is
   // sure to time out makes it. Safe from any thread, as Gloo's own timeouts are.
   leads_.Close();
+  if (shm_ != nullptr) shm_->Close();
   char byte = 0;
   std::unique_ptr<gloo::transport::UnboundBuffer> probe = context_->createUnboundBuffer(&byte, 1);
   try {
@@ -499,10 +515,20 @@ void GlooCommunicator::SumInRankOrder(char* out, const char* mine, int64_t count
   if (sum != out) std::memcpy(out, sum, bytes);
 }
 
+int64_t GlooCommunicator::SharedMemoryMinBytes(const GlooOptions& options, int64_t world_size) {
+  if (options.shared_memory_min_bytes.has_value()) return *options.shared_memory_min_bytes;
+  constexpr int64_t kMeasured = static_cast<int64_t>(std::size(kSharedMemoryMinBytes));
+  return kSharedMemoryMinBytes[std::clamp<int64_t>(world_size, 0, kMeasured - 1)];
+}
+
 GlooCommunicator::AllReduceRoute GlooCommunicator::AllReduceRouteOf(int64_t count, DType dtype,
                                                                     int64_t world_size,
-                                                                    const GlooOptions& options) {
+                                                                    const GlooOptions& options,
+                                                                    bool shared_memory) {
   const int64_t bytes = count * DTypeBytes(dtype);
+  if (shared_memory && world_size > 1 && bytes >= SharedMemoryMinBytes(options, world_size)) {
+    return AllReduceRoute::kSharedMemory;
+  }
   const bool all_to_all = world_size <= options.lead_all_to_all_max_world;
   const auto fits = [&](size_t bytes_per_peer) {
     return all_to_all && bytes_per_peer <= internal::LeadExchange::MaxInlineBytes(
@@ -533,7 +559,9 @@ GlooCommunicator::AllReduceRoute GlooCommunicator::AllReduceRouteOf(int64_t coun
 std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DType dtype) {
   const int64_t bytes = count * DTypeBytes(dtype);
   const internal::Chunks chunks = internal::Chunks::Split(world_size_, count, DTypeBytes(dtype));
-  const AllReduceRoute route = AllReduceRouteOf(count, dtype, world_size_, options_);
+  const AllReduceRoute route =
+      AllReduceRouteOf(count, dtype, world_size_, options_, UsesSharedMemory());
+  const bool shared = route == AllReduceRoute::kSharedMemory;
   const bool direct = route == AllReduceRoute::kOneExchange;
   const bool two_inline = route == AllReduceRoute::kTwoExchanges;
   const bool split = route == AllReduceRoute::kRings;
@@ -547,15 +575,16 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
   };
   const int64_t own_chunk = static_cast<int64_t>(chunks.bytes(rank_));
   const int64_t two_exchanges = bytes - own_chunk + (world_size_ - 1) * own_chunk;
-  const int64_t sent = world_size_ == 1 ? 0
-                       : direct         ? (world_size_ - 1) * bytes
-                       : two_inline     ? two_exchanges
-                       : split          ? others(rank_, rank_ + 1)
-                                        : 2 * (world_size_ - 1) * bytes / world_size_;
+  // Through shared memory, what the peers read of this rank's: as in two exchanges.
+  const int64_t sent = world_size_ == 1       ? 0
+                       : direct               ? (world_size_ - 1) * bytes
+                       : two_inline || shared ? two_exchanges
+                       : split                ? others(rank_, rank_ + 1)
+                                              : 2 * (world_size_ - 1) * bytes / world_size_;
   const int64_t received =
       world_size_ == 1 || !split ? sent : others(rank_ + world_size_ - 1, rank_);
   return Enqueue("all_reduce", sent, received, /*leads_only=*/direct || two_inline,
-                 [this, data, count, dtype, bytes, direct, split, two_inline, chunks] {
+                 [this, data, count, dtype, bytes, shared, direct, split, two_inline, chunks] {
                    const auto lead = Next(internal::CollectiveKind::kAllReduce, count, dtype);
                    if (world_size_ == 1) return;
                    char* own = static_cast<char*>(data);
@@ -574,6 +603,12 @@ std::unique_ptr<Work> GlooCommunicator::AllReduce(void* data, int64_t count, DTy
                    }
                    leads_.Exchange(lead, nullptr);
                    leads_.Release();
+                   if (shared) {
+                     // Summed in rank order, each chunk on one rank: every rank gets the same bits.
+                     shm_->ReduceScatter({{own, chunks}}, dtype, /*then_all_gather=*/true,
+                                         Millis(options_.timeout));
+                     return;
+                   }
                    if (split) {
                      // Each chunk is summed once, on one rank, then copied: every rank gets the
                      // same bits.
@@ -620,43 +655,10 @@ void GlooCommunicator::TwoExchangeAllReduce(const internal::CollectiveDescriptor
 
 namespace {
 
-// A group's chunk `i` of every part, end to end: what one ring step sends or receives.
-size_t StepBytes(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i) {
-  size_t bytes = 0;
-  for (const auto& part : parts) bytes += part.chunks.bytes(i);
-  return bytes;
-}
-
-size_t MaxStepBytes(const std::vector<GlooCommunicator::RingPart>& parts, int64_t world) {
-  size_t most = 0;
-  for (int64_t i = 0; i < world; ++i) most = std::max(most, StepBytes(parts, i));
-  return most;
-}
-
-// Calls fn(in_part, n, from) for each part's share of bytes [begin, begin + bytes) of the packed
-// step of chunk `i` (chunk `i` of every part, end to end): `n` bytes at `in_part` in the part,
-// which sit at offset `from` of the packed step.
-template <typename Fn>
-void ForEachInStep(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, size_t begin,
-                   size_t bytes, Fn&& fn) {
-  const size_t end = begin + bytes;
-  size_t from = 0;  // where the part's chunk starts in the packed step
-  for (const auto& part : parts) {
-    if (from >= end) return;
-    const size_t chunk_bytes = part.chunks.bytes(i);
-    const size_t lo = std::max(from, begin), hi = std::min(from + chunk_bytes, end);
-    if (lo < hi) fn(part.data + part.chunks.offset(i) + (lo - from), hi - lo, lo);
-    from += chunk_bytes;
-  }
-}
-
-// Copies bytes [begin, begin + bytes) of the packed step of chunk `i` to where they sit in `out`
-// (the packed step's memory).
-void PackRange(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, size_t begin,
-               size_t bytes, char* out) {
-  ForEachInStep(parts, i, begin, bytes,
-                [&](char* in_part, size_t n, size_t from) { std::memcpy(out + from, in_part, n); });
-}
+using internal::ForEachInStep;
+using internal::MaxStepBytes;
+using internal::PackRange;
+using internal::StepBytes;
 
 // Copies chunk `i` of every part into `out`, end to end.
 void PackChunk(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i, char* out) {
@@ -1090,13 +1092,23 @@ std::unique_ptr<Work> GlooCommunicator::EnqueueGroup(const char* name,
                                                      DType dtype, GroupBody body) {
   const GroupShape shape(buffers, dtype);
   const int64_t moved = (world_size_ - 1) * static_cast<int64_t>(shape.peer_bytes);
-  const bool direct = leads_.CarriesInline(kind, shape.peer_bytes);
+  const bool shared = ViaSharedMemory(world_size_ * static_cast<int64_t>(shape.peer_bytes));
+  const bool direct = !shared && leads_.CarriesInline(kind, shape.peer_bytes);
   return Enqueue(name, moved, moved, /*leads_only=*/direct,
-                 [this, kind, buffers, shape, dtype, direct, body] {
+                 [this, kind, buffers, shape, dtype, shared, direct, body] {
                    const auto lead = NextGroup(kind, shape.counts, shape.chunk_count, dtype);
                    if (world_size_ == 1) return;
                    const std::vector<RingPart> parts = RingParts(buffers, dtype);
-                   if (direct) {
+                   if (shared) {
+                     leads_.Exchange(lead, nullptr);
+                     leads_.Release();
+                     if (kind == internal::CollectiveKind::kReduceScatter) {
+                       shm_->ReduceScatter(parts, dtype, /*then_all_gather=*/false,
+                                           Millis(options_.timeout));
+                     } else {
+                       shm_->AllGather(parts, Millis(options_.timeout));
+                     }
+                   } else if (direct) {
                      body(lead, parts, shape.peer_bytes);
                    } else {
                      leads_.Exchange(lead, nullptr);

@@ -12,7 +12,7 @@ namespace {
 // How many of its last collectives a rank remembers, to name one a late lead describes.
 constexpr size_t kRemembered = 8;
 
-constexpr uint64_t kMagic = 0x396461654c646f72;  // "rodLead9", a lead of this wire version
+constexpr uint64_t kMagic = 0x416461654c646f72;  // "rodLeadA", a lead of this wire version
 
 struct WireLead {
   uint64_t magic = kMagic;
@@ -24,6 +24,7 @@ struct WireLead {
   int64_t payload_bytes = 0;
   int64_t all_to_all_max_world = 0;  // the sender's options, which every rank must share
   int64_t split_all_reduce_max_bytes = 0;
+  int64_t shared_memory_min_bytes = 0;
   int64_t buffers = 1;
   uint64_t buffers_digest = 0;
   int64_t phase = 0;
@@ -33,6 +34,7 @@ WireLead ToWire(const CollectiveDescriptor& d, size_t payload_bytes, const LeadO
   WireLead w;
   w.all_to_all_max_world = options.all_to_all_max_world;
   w.split_all_reduce_max_bytes = options.split_all_reduce_max_bytes;
+  w.shared_memory_min_bytes = options.shared_memory_min_bytes;
   w.sequence = d.sequence;
   w.kind = static_cast<int64_t>(d.kind);
   w.count = d.count;
@@ -222,6 +224,13 @@ void LeadExchange::Check(Peer& p, const CollectiveDescriptor& mine) {
         "rank ", p.rank, " splits all-reduces up to ", theirs.split_all_reduce_max_bytes,
         " bytes, rank ", rank_, " up to ", options_.split_all_reduce_max_bytes,
         ": every rank must be given the same GlooOptions::split_all_reduce_max_bytes"));
+  }
+  if (theirs.shared_memory_min_bytes != options_.shared_memory_min_bytes) {
+    throw std::runtime_error(
+        absl::StrCat("rank ", p.rank, " moves collectives of ", theirs.shared_memory_min_bytes,
+                     " bytes or more through shared memory, rank ", rank_, " of ",
+                     options_.shared_memory_min_bytes,
+                     ": every rank must be given the same GlooOptions::shared_memory_min_bytes"));
   }
   if (theirs.sequence < mine.sequence) {
     // A lead this rank's view of that collective did not expect from the peer.

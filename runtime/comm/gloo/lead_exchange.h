@@ -38,8 +38,9 @@
 // (MaxInlineBytes), the chain's worlds and kMinTwoRankChainBytes,
 // GlooCommunicator::kMaxOneExchangeExtraBytes, and how the communicator cuts Gloo's messages
 // (kRingPieceBytes, kInPlaceRingBytes, kPackedRingBytes, kChainPieceBytes in
-// gloo_communicator.cc: ranks that cut them otherwise make Gloo abort the process) are part of the
-// wire version (kMagic): changing any means a new magic.
+// gloo_communicator.cc: ranks that cut them otherwise make Gloo abort the process), and the
+// shared-memory pieces (SharedMemoryMesh::kSlotBytes, kSlots) are part of the wire version
+// (kMagic): changing any means a new magic.
 
 #include <chrono>
 #include <cstdint>
@@ -93,6 +94,7 @@ const char* KindName(CollectiveKind kind);
 struct LeadOptions {
   int64_t all_to_all_max_world = 16;
   int64_t split_all_reduce_max_bytes = 0;  // GlooOptions' (LeadExchange only checks it)
+  int64_t shared_memory_min_bytes = 0;     // GlooOptions' (LeadExchange only checks it)
 };
 
 class LeadExchange {

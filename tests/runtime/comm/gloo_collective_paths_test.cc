@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "runtime/comm/gloo/chunks.h"
 #include "runtime/comm/gloo/lead_exchange.h"
+#include "runtime/comm/gloo/shared_memory_mesh.h"
 #include "runtime/common/half.h"
 #include "runtime/common/mutex.h"
 #include "tests/runtime/comm/gloo_ranks.h"
@@ -42,11 +43,22 @@ constexpr int64_t kSplitAllReduce = int64_t{1} << 30;
 
 struct Path {
   const char* name;
-  // Per buffer, given the world's InlineFloats.
-  int64_t (*elements)(int64_t inline_floats);
+  // Per buffer, given the world size.
+  int64_t (*elements)(int64_t world);
   int64_t all_to_all_max_world;
   int64_t split_all_reduce_max_bytes;
+  bool shared_memory = false;  // the TCP paths, unless the path is shared memory's
 };
+
+// The fewest fp32 elements an all-reduce at `world` ranks takes through shared memory (a
+// reduce-scatter or all-gather whose chunks hold them is over it too).
+int64_t SharedMemoryMinFloats(int64_t world) {
+  return std::max<int64_t>(GlooCommunicator::SharedMemoryMinBytes({}, world) / 4, 37);
+}
+// A shared-memory slot's region for one rank, in floats, at `world` ranks.
+int64_t RegionFloats(int64_t world) {
+  return static_cast<int64_t>(internal::SharedMemoryMesh::kSlotBytes) / world / 64 * 16;
+}
 
 // Small enough to travel inline, one element over, and large; each with all-to-all leads and with
 // neighbour leads; large all-reduces split into our rings (counts that no world divides, so the
@@ -55,22 +67,34 @@ const Path kPaths[] = {
     {"inline", [](int64_t) -> int64_t { return 37; }, 16, kGlooAllReduce},
     // Its broadcast at 4 ranks (256 KiB) is over the broadcast's inline limit there (128 KiB) and
     // goes along the chain.
-    {"inline, largest", [](int64_t f) { return f; }, 16, kGlooAllReduce},
-    {"ring, smallest", [](int64_t f) { return f + 1; }, 16, kGlooAllReduce},
-    {"two exchanges (split, chunks inline), smallest", [](int64_t f) { return f + 1; }, 16,
-     kSplitAllReduce},
-    {"ring, uneven chunks, split all-reduce", [](int64_t f) { return 5 * f + 7; }, 16,
+    {"inline, largest", [](int64_t w) { return InlineFloats(w); }, 16, kGlooAllReduce},
+    {"ring, smallest", [](int64_t w) { return InlineFloats(w) + 1; }, 16, kGlooAllReduce},
+    {"two exchanges (split, chunks inline), smallest",
+     [](int64_t w) { return InlineFloats(w) + 1; }, 16, kSplitAllReduce},
+    {"ring, uneven chunks, split all-reduce", [](int64_t w) { return 5 * InlineFloats(w) + 7; }, 16,
      kSplitAllReduce},
     {"neighbour leads", [](int64_t) -> int64_t { return 37; }, 1, kGlooAllReduce},
     {"neighbour leads, large", [](int64_t) { return 3 * kInlineFloats + 5; }, 1, kGlooAllReduce},
     {"neighbour leads, large, split all-reduce", [](int64_t) { return 3 * kInlineFloats + 5; }, 1,
      kSplitAllReduce},
+    // Through shared memory: the smallest, and uneven chunks in more pieces than a segment has
+    // slots (each slot written again), the last piece short.
+    {"shared memory, smallest", [](int64_t w) { return SharedMemoryMinFloats(w); }, 16,
+     kGlooAllReduce, true},
+    {"shared memory, uneven chunks, slots reused",
+     [](int64_t w) {
+       return (2 * static_cast<int64_t>(internal::SharedMemoryMesh::kSlots) + 1) * w *
+                  RegionFloats(w) +
+              2 * w + 1;
+     },
+     16, kGlooAllReduce, true},
 };
 
 GlooOptions OptionsFor(const Path& p) {
   GlooOptions o;
   o.lead_all_to_all_max_world = p.all_to_all_max_world;
   o.split_all_reduce_max_bytes = p.split_all_reduce_max_bytes;
+  o.shared_memory = p.shared_memory;
   return o;
 }
 
@@ -89,30 +113,42 @@ float RankOrderSum(int64_t world, int64_t i) {
   return sum;
 }
 
+// Every rank's buffer after an all-reduce of Value(rank, i) for i < n at `world` ranks given
+// `options`; `after(rank, communicator)` runs on each rank once it is done.
+std::vector<std::vector<float>> AllReducedValues(
+    int64_t world, int64_t n, const GlooOptions& options,
+    const std::function<void(int64_t, Communicator&)>& after = nullptr) {
+  std::vector<std::vector<float>> results(static_cast<size_t>(world));
+  OnRanks(
+      world,
+      [&](int64_t r, Communicator& c) {
+        std::vector<float> data(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) data[i] = Value(r, i);
+        ASSERT_TRUE(c.AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        results[static_cast<size_t>(r)] = std::move(data);
+        if (after) after(r, c);
+      },
+      absl::Seconds(30), -1, options);
+  return results;
+}
+
 TEST(GlooCollectivePaths, AllReduceGivesEveryRankTheSameSum) {
   for (const Path& p : kPaths) {
     for (int64_t world : {1, 2, 3, 4}) {
       SCOPED_TRACE(testing::Message() << p.name << ", world " << world);
-      const int64_t n = p.elements(InlineFloats(world));
-      std::vector<std::vector<float>> results(static_cast<size_t>(world));
-      OnRanks(
-          world,
-          [&](int64_t r, Communicator& c) {
-            std::vector<float> data(static_cast<size_t>(n));
-            for (int64_t i = 0; i < n; ++i) data[i] = Value(r, i);
-            ASSERT_TRUE(c.AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
-            results[static_cast<size_t>(r)] = std::move(data);
-          },
-          absl::Seconds(30), -1, OptionsFor(p));
+      const int64_t n = p.elements(world);
+      const std::vector<std::vector<float>> results = AllReducedValues(world, n, OptionsFor(p));
       for (int64_t r = 0; r < world; ++r) {
         ASSERT_EQ(results[r], results[0]) << "rank " << r << " differs from rank 0";
       }
-      const bool inline_path = p.all_to_all_max_world >= world && n <= InlineFloats(world);
+      // Inline and through shared memory each chunk is summed in rank order.
+      const bool rank_order = (p.all_to_all_max_world >= world && n <= InlineFloats(world)) ||
+                              (p.shared_memory && world > 1);
       for (int64_t i = 0; i < n; ++i) {
         double want = 0;
         for (int64_t q = 0; q < world; ++q) want += Value(q, i);
         ASSERT_NEAR(results[0][i], want, 1e-5 * (1 + std::fabs(want))) << "element " << i;
-        if (inline_path) {
+        if (rank_order) {
           ASSERT_EQ(results[0][i], RankOrderSum(world, i)) << "element " << i;
         }
       }
@@ -124,7 +160,7 @@ TEST(GlooCollectivePaths, AllReduceOnEveryPathEqualsTheUnshardedSumInEveryDtype)
   for (const Path& p : kPaths) {
     for (int64_t world : {2, 3, 4}) {
       SCOPED_TRACE(testing::Message() << p.name << ", world " << world);
-      const int64_t n = p.elements(InlineFloats(world));
+      const int64_t n = p.elements(world);
       std::vector<float> want(static_cast<size_t>(n), 0.0f);
       for (int64_t q = 0; q < world; ++q) {
         for (int64_t i = 0; i < n; ++i) want[i] += WholeValue(q, i);
@@ -207,24 +243,24 @@ TEST(GlooCollectivePaths, AnAllReduceInTwoExchangesSumsInRankOrderAndCountsItsCh
       const int64_t n = count;
       const Route route = path;
       SCOPED_TRACE(testing::Message() << "world " << world << ", " << n << " floats");
-      ASSERT_TRUE(GlooCommunicator::AllReduceRouteOf(n, DType::kFloat32, world, {}) == route);
+      ASSERT_TRUE(GlooCommunicator::AllReduceRouteOf(n, DType::kFloat32, world, {}, false) ==
+                  route);
       const internal::Chunks chunks = internal::Chunks::Split(world, n, 4);
       const auto chunk = [&](int64_t r) { return static_cast<int64_t>(chunks.bytes(r % world)); };
-      std::vector<std::vector<float>> results(static_cast<size_t>(world));
-      OnRanks(world, [&](int64_t r, Communicator& c) {
-        std::vector<float> data(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) data[i] = Value(r, i);
-        ASSERT_TRUE(c.AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
-        results[static_cast<size_t>(r)] = std::move(data);
-        const int64_t bytes = n * 4;
-        const int64_t sent = route == Route::kOneExchange    ? (world - 1) * bytes
-                             : route == Route::kTwoExchanges ? bytes + (world - 2) * chunk(r)
-                                                             : 2 * bytes - chunk(r) - chunk(r + 1);
-        const int64_t received =
-            route == Route::kRings ? 2 * bytes - chunk(r + world - 1) - chunk(r) : sent;
-        EXPECT_EQ(c.BytesSent()["all_reduce"], sent);
-        EXPECT_EQ(c.BytesReceived()["all_reduce"], received);
-      });
+      GlooOptions tcp;
+      tcp.shared_memory = false;
+      const std::vector<std::vector<float>> results =
+          AllReducedValues(world, n, tcp, [&](int64_t r, Communicator& c) {
+            const int64_t bytes = n * 4;
+            const int64_t sent = route == Route::kOneExchange ? (world - 1) * bytes
+                                 : route == Route::kTwoExchanges
+                                     ? bytes + (world - 2) * chunk(r)
+                                     : 2 * bytes - chunk(r) - chunk(r + 1);
+            const int64_t received =
+                route == Route::kRings ? 2 * bytes - chunk(r + world - 1) - chunk(r) : sent;
+            EXPECT_EQ(c.BytesSent()["all_reduce"], sent);
+            EXPECT_EQ(c.BytesReceived()["all_reduce"], received);
+          });
       for (int64_t r = 0; r < world; ++r) {
         ASSERT_EQ(results[r], results[0]) << "rank " << r << " differs from rank 0";
       }
@@ -270,24 +306,10 @@ TEST(GlooCollectivePaths, AllReducesThatDifferInTwoExchangesAreNamedNotAborted) 
 }
 
 TEST(GlooCollectivePaths, RanksGivenDifferentAllReduceSplitsAreNamedNotAborted) {
-  auto store = std::make_shared<PrefixStore>("split", std::make_shared<InMemoryStore>());
-  std::vector<absl::Status> status(2);
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      GlooOptions options;
-      options.timeout = absl::Seconds(20);
-      options.split_all_reduce_max_bytes = r == 0 ? kSplitAllReduce : kGlooAllReduce;
-      auto comm = GlooCommunicator::Create(store, r, 2, options);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      std::vector<float> data(kTwoRankRingAllReduceFloats, 1.0f);
-      status[static_cast<size_t>(r)] =
-          (*comm)
-              ->AllReduce(data.data(), kTwoRankRingAllReduceFloats, DType::kFloat32)
-              ->Wait(absl::Seconds(20));
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto status =
+      AllReduceWithOptionsPerRank(2, kTwoRankRingAllReduceFloats, [](int64_t r, GlooOptions& o) {
+        o.split_all_reduce_max_bytes = r == 0 ? kSplitAllReduce : kGlooAllReduce;
+      });
   for (const absl::Status& s : status) {
     EXPECT_THAT(std::string(s.message()), HasSubstr("split_all_reduce_max_bytes")) << s;
   }
@@ -297,7 +319,7 @@ TEST(GlooCollectivePaths, ReduceScatterAllGatherAndBroadcastOnEveryPath) {
   for (const Path& p : kPaths) {
     for (int64_t world : {1, 2, 3, 4}) {
       SCOPED_TRACE(testing::Message() << p.name << ", world " << world);
-      const int64_t chunk = p.elements(InlineFloats(world));
+      const int64_t chunk = p.elements(world);
       OnRanks(
           world,
           [&](int64_t r, Communicator& c) {
@@ -442,72 +464,77 @@ TEST(GlooCollectivePaths, TheInlineLimitsPerKindAndWorld) {
 TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSums) {
   for (const GroupCase& g : kGroups) {
     for (int64_t world = 1; world <= g.max_world; ++world) {
-      SCOPED_TRACE(testing::Message() << g.name << ", world " << world);
-      const Counts counts = g.chunk_counts(InlineFloats(world));
-      int64_t per_peer = 0;
-      for (int64_t c : counts) per_peer += c;
-      GlooOptions options;
-      options.lead_all_to_all_max_world = g.all_to_all_max_world;
-      OnRanks(
-          world,
-          [&](int64_t r, Communicator& c) {
-            // Buffer b's element i on rank q is WholeValue(q, i + 1000 * b): small integers, so
-            // the sums are exact in every order and in bf16.
-            std::vector<std::vector<float>> fp32;
-            std::vector<std::vector<uint16_t>> bf16;
-            std::vector<ChunkedBuffer> fp32_group, bf16_group;
-            for (size_t b = 0; b < counts.size(); ++b) {
-              const int64_t n = world * counts[b];
-              fp32.emplace_back(static_cast<size_t>(n));
-              bf16.emplace_back(static_cast<size_t>(n));
-              for (int64_t i = 0; i < n; ++i) {
-                fp32[b][i] = WholeValue(r, i + 1000 * static_cast<int64_t>(b));
-                bf16[b][i] = FloatToBf16(fp32[b][i]);
-              }
-            }
-            for (size_t b = 0; b < counts.size(); ++b) {
-              fp32_group.push_back({fp32[b].data(), counts[b]});
-              bf16_group.push_back({bf16[b].data(), counts[b]});
-            }
-            ASSERT_TRUE(
-                c.ReduceScatterGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(120)).ok());
-            ASSERT_TRUE(
-                c.ReduceScatterGroup(bf16_group, DType::kBFloat16)->Wait(absl::Seconds(120)).ok());
-            for (size_t b = 0; b < counts.size(); ++b) {
-              const int64_t chunk = counts[b];
-              for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
-                float want = 0;
-                for (int64_t q = 0; q < world; ++q) {
-                  want += WholeValue(q, i + 1000 * static_cast<int64_t>(b));
+      for (bool shared_memory : {false, true}) {
+        SCOPED_TRACE(testing::Message() << g.name << ", world " << world
+                                        << (shared_memory ? ", shared memory" : ", TCP only"));
+        const Counts counts = g.chunk_counts(InlineFloats(world));
+        int64_t per_peer = 0;
+        for (int64_t c : counts) per_peer += c;
+        GlooOptions options;
+        options.lead_all_to_all_max_world = g.all_to_all_max_world;
+        options.shared_memory = shared_memory;
+        OnRanks(
+            world,
+            [&](int64_t r, Communicator& c) {
+              // Buffer b's element i on rank q is WholeValue(q, i + 1000 * b): small integers, so
+              // the sums are exact in every order and in bf16.
+              std::vector<std::vector<float>> fp32;
+              std::vector<std::vector<uint16_t>> bf16;
+              std::vector<ChunkedBuffer> fp32_group, bf16_group;
+              for (size_t b = 0; b < counts.size(); ++b) {
+                const int64_t n = world * counts[b];
+                fp32.emplace_back(static_cast<size_t>(n));
+                bf16.emplace_back(static_cast<size_t>(n));
+                for (int64_t i = 0; i < n; ++i) {
+                  fp32[b][i] = WholeValue(r, i + 1000 * static_cast<int64_t>(b));
+                  bf16[b][i] = FloatToBf16(fp32[b][i]);
                 }
-                ASSERT_EQ(fp32[b][i], want) << "buffer " << b << " element " << i;
-                ASSERT_EQ(bf16[b][i], FloatToBf16(want)) << "buffer " << b << " element " << i;
               }
-            }
-            // Each rank's own chunk of every buffer to every rank; the others' chunks hold
-            // garbage until then.
-            for (size_t b = 0; b < counts.size(); ++b) {
-              const int64_t chunk = counts[b];
-              for (int64_t i = 0; i < world * chunk; ++i) {
-                const bool own = i / chunk == r;
-                fp32[b][i] = own ? Value(r, i + 1000 * static_cast<int64_t>(b)) : -1e30f;
+              for (size_t b = 0; b < counts.size(); ++b) {
+                fp32_group.push_back({fp32[b].data(), counts[b]});
+                bf16_group.push_back({bf16[b].data(), counts[b]});
               }
-            }
-            ASSERT_TRUE(
-                c.AllGatherGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(120)).ok());
-            for (size_t b = 0; b < counts.size(); ++b) {
-              const int64_t chunk = counts[b];
-              for (int64_t i = 0; i < world * chunk; ++i) {
-                ASSERT_EQ(fp32[b][i], Value(i / chunk, i + 1000 * static_cast<int64_t>(b)))
-                    << "buffer " << b << " element " << i;
+              ASSERT_TRUE(
+                  c.ReduceScatterGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(120)).ok());
+              ASSERT_TRUE(c.ReduceScatterGroup(bf16_group, DType::kBFloat16)
+                              ->Wait(absl::Seconds(120))
+                              .ok());
+              for (size_t b = 0; b < counts.size(); ++b) {
+                const int64_t chunk = counts[b];
+                for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
+                  float want = 0;
+                  for (int64_t q = 0; q < world; ++q) {
+                    want += WholeValue(q, i + 1000 * static_cast<int64_t>(b));
+                  }
+                  ASSERT_EQ(fp32[b][i], want) << "buffer " << b << " element " << i;
+                  ASSERT_EQ(bf16[b][i], FloatToBf16(want)) << "buffer " << b << " element " << i;
+                }
               }
-            }
-            // What moved: every rank's chunk of every buffer to each peer, bf16 and fp32.
-            EXPECT_EQ(c.BytesSent()["reduce_scatter"], (world - 1) * per_peer * (4 + 2));
-            EXPECT_EQ(c.BytesReceived()["reduce_scatter"], (world - 1) * per_peer * (4 + 2));
-            EXPECT_EQ(c.BytesSent()["all_gather"], (world - 1) * per_peer * 4);
-          },
-          absl::Seconds(120), -1, options);
+              // Each rank's own chunk of every buffer to every rank; the others' chunks hold
+              // garbage until then.
+              for (size_t b = 0; b < counts.size(); ++b) {
+                const int64_t chunk = counts[b];
+                for (int64_t i = 0; i < world * chunk; ++i) {
+                  const bool own = i / chunk == r;
+                  fp32[b][i] = own ? Value(r, i + 1000 * static_cast<int64_t>(b)) : -1e30f;
+                }
+              }
+              ASSERT_TRUE(
+                  c.AllGatherGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(120)).ok());
+              for (size_t b = 0; b < counts.size(); ++b) {
+                const int64_t chunk = counts[b];
+                for (int64_t i = 0; i < world * chunk; ++i) {
+                  ASSERT_EQ(fp32[b][i], Value(i / chunk, i + 1000 * static_cast<int64_t>(b)))
+                      << "buffer " << b << " element " << i;
+                }
+              }
+              // What moved: every rank's chunk of every buffer to each peer, bf16 and fp32.
+              EXPECT_EQ(c.BytesSent()["reduce_scatter"], (world - 1) * per_peer * (4 + 2));
+              EXPECT_EQ(c.BytesReceived()["reduce_scatter"], (world - 1) * per_peer * (4 + 2));
+              EXPECT_EQ(c.BytesSent()["all_gather"], (world - 1) * per_peer * 4);
+            },
+            absl::Seconds(120), -1, options);
+      }
     }
   }
 }
@@ -520,6 +547,7 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
 TEST(GlooCollectivePaths, ASplitAllReduceInPiecesEqualsTheUnshardedSum) {
   GlooOptions split;
   split.split_all_reduce_max_bytes = kSplitAllReduce;
+  split.shared_memory = false;
   for (int64_t world : {2, 3, 4}) {
     SCOPED_TRACE(testing::Message() << "world " << world);
     // At 3 ranks chunks of 2^21 + 3 elements, the last 2^21 + 1.
@@ -1015,22 +1043,8 @@ TEST(GlooCollectivePaths, BroadcastsFromEveryRootInARowStayInStep) {
 // rank that expects none): the leads' capacity does not depend on the options, and the difference
 // is named.
 TEST(GlooCollectivePaths, RanksGivenDifferentLeadOptionsAreNamedNotAborted) {
-  auto store = std::make_shared<PrefixStore>("options", std::make_shared<InMemoryStore>());
-  std::vector<absl::Status> status(2);
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      GlooOptions options;
-      options.timeout = absl::Seconds(20);
-      options.lead_all_to_all_max_world = r == 0 ? 16 : 1;
-      auto comm = GlooCommunicator::Create(store, r, 2, options);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      std::vector<float> data(10, 1.0f);
-      status[static_cast<size_t>(r)] =
-          (*comm)->AllReduce(data.data(), 10, DType::kFloat32)->Wait(absl::Seconds(20));
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto status = AllReduceWithOptionsPerRank(
+      2, 10, [](int64_t r, GlooOptions& o) { o.lead_all_to_all_max_world = r == 0 ? 16 : 1; });
   for (const absl::Status& s : status) {
     EXPECT_THAT(std::string(s.message()), HasSubstr("lead_all_to_all_max_world")) << s;
   }

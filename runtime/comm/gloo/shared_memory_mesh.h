@@ -1,0 +1,130 @@
+#ifndef ZEROD_RUNTIME_COMM_GLOO_SHARED_MEMORY_MESH_H_
+#define ZEROD_RUNTIME_COMM_GLOO_SHARED_MEMORY_MESH_H_
+
+// Shared memory between the ranks of a Gloo communicator that all run on one host, for the data
+// of large reduce-scatters, all-gathers and all-reduces (their leads still go first, over TCP,
+// and check that every rank runs the same collective).
+//
+// Why: on loopback every byte of a ring goes through the kernel twice (a copy into the socket, a
+// copy out) with the TCP stack and a wake-up in between; a segment every rank maps moves it with
+// plain copies. A throwaway prototype on the 2-core VM took 0.35-0.5x the time of our rings for
+// 4-64 MiB all-reduces at 2-4 ranks (docs/ARCHITECTURE.md, "Shared memory on one host").
+//
+// Layout: each rank owns a segment (a POSIX shared-memory object, mode 0600, named at random and
+// unlinked once every rank has mapped it, so nothing outlives the processes): a header of
+// counters, then two slots. A collective goes in pieces, one per slot in turn; a slot holds a
+// region per rank. For piece k each rank
+//   1. (reduce) copies its contribution to rank j's chunk into region j of its own slot, and
+//      says so (`written`);
+//   2. (reduce) waits until every rank has written, sums region `rank` of every rank's slot in
+//      rank order (so every rank gets the same bits whatever the timing) into its own region, and
+//      copies the sum to its chunk; (all-gather) copies its own chunk into its own region; says
+//      so (`reduced`);
+//   3. (gather) copies region j of rank j's slot, once j has said so, to its chunk j.
+// Two slots are enough, with no wait to write one again: a rank says it wrote (or reduced) piece
+// k + 1 only once it is done reading piece k, and goes past piece k + 1 only once every rank has
+// said so. So no rank is ever more than one piece ahead of another, and piece k + 2, which takes
+// piece k's slot, starts only once every rank is done with piece k.
+// Every buffer is the rank's own: no peer writes into a caller's memory, so an aborted collective
+// leaves nothing in flight towards it.
+//
+// Waiting: a rank polls a peer's counter, yielding its CPU between polls (ranks often outnumber
+// CPUs), for kSpin; then sleeps on the peer's futex word, which a rank that publishes a counter
+// wakes when someone sleeps on it. A sleep ends every kSleepSlice to look for a closed segment,
+// a peer process that exited (pidfd, where the peer's pid is visible), and the timeout.
+//
+// Who uses it: every rank or none. Connect maps every peer's segment; unless every rank mapped
+// every other (ranks on other hosts, in another IPC namespace, a full /dev/shm, a rank created
+// with it off), all of them go without.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "runtime/comm/gloo/ring_parts.h"
+#include "runtime/comm/store.h"
+#include "runtime/common/dtype.h"
+
+namespace zerod::comm::internal {
+
+class SharedMemoryMesh {
+ public:
+  // A slot's bytes (a region per rank: kSlotBytes / world, in whole cache lines) and how many
+  // slots a segment has (see "Two slots are enough"). Part of the leads' wire version: ranks must
+  // cut pieces alike. Against 256 KiB, slots of 128 KiB took 0.77-1.46x the time and 512 KiB
+  // 0.71-1.28x (collective_bench --ops all_reduce,reduce_scatter, 1-64 MiB at 2-4 ranks, two
+  // alternating runs); a prototype's 1-2 MiB slots took 1.1-1.9x at 16 MiB.
+  static constexpr size_t kSlotBytes = size_t{256} << 10;
+  static constexpr uint64_t kSlots = 2;
+  // How long a wait polls before it sleeps, and how long one sleep lasts at most.
+  static constexpr std::chrono::microseconds kSpin{2000};
+  static constexpr std::chrono::milliseconds kSleepSlice{10};
+
+  // Maps this rank's segment and every peer's, publishing under `key_prefix` in `store`. OK and
+  // null when some rank could not map every other's, or was created with `enabled` false; an
+  // error only when the store fails (or times out).
+  static absl::StatusOr<std::unique_ptr<SharedMemoryMesh>> Connect(Store& store,
+                                                                   const std::string& key_prefix,
+                                                                   int64_t rank, int64_t world,
+                                                                   bool enabled,
+                                                                   absl::Duration timeout);
+  ~SharedMemoryMesh();
+  SharedMemoryMesh(const SharedMemoryMesh&) = delete;
+  SharedMemoryMesh& operator=(const SharedMemoryMesh&) = delete;
+
+  // After it chunk `rank` of every part holds the sum over ranks of theirs (summed in rank order;
+  // bf16 and fp16 round after every addition); with `then_all_gather`, every chunk does (an
+  // all-reduce). Throws std::runtime_error naming the rank waited for when a peer closed its
+  // segment or exited, the timeout passed on one wait, or Close() was called.
+  void ReduceScatter(const std::vector<RingPart>& parts, DType dtype, bool then_all_gather,
+                     std::chrono::milliseconds timeout);
+  // After it every rank's chunk `rank` of every part is in every rank's parts. Throws as above.
+  void AllGather(const std::vector<RingPart>& parts, std::chrono::milliseconds timeout);
+  // Marks this rank's segment closed and wakes every wait on it, here and at the peers: theirs
+  // fail naming this rank. Any thread, any number of times.
+  void Close();
+
+  // The start of a segment: who owns it, and its counters (defined in the .cc).
+  struct Header;
+
+ private:
+  struct Segment {
+    char* base = nullptr;
+    size_t bytes = 0;
+    int pidfd = -1;  // the owner's process, where its pid is visible here
+  };
+  enum class Mode { kReduceScatter, kAllReduce, kAllGather };
+
+  SharedMemoryMesh(int64_t rank, int64_t world, std::vector<Segment> segments);
+  Header& HeaderOf(int64_t rank) const;
+  char* Region(int64_t rank, uint64_t piece, int64_t region) const;
+  void Run(const std::vector<RingPart>& parts, DType dtype, Mode mode,
+           std::chrono::milliseconds timeout);
+  // Sums region `rank_` of piece `piece` over every rank's slot into this rank's, in rank order;
+  // this rank's own term comes from its parts.
+  void SumRegion(const std::vector<RingPart>& parts, DType dtype, uint64_t piece, size_t begin,
+                 size_t bytes);
+  // Sets this rank's counter to `value` and wakes whoever sleeps on its segment.
+  void Publish(std::atomic<uint64_t> Header::*counter, uint64_t value);
+  // Waits until `peer`'s counter reaches `value`; throws naming `what` and the peer.
+  void Await(int64_t peer, std::atomic<uint64_t> Header::*counter, uint64_t value, const char* what,
+             std::chrono::steady_clock::time_point deadline);
+  // Throws when this rank's segment or `peer`'s is closed, or `peer`'s process exited.
+  void CheckPeer(int64_t peer, const char* what, uint64_t value);
+
+  const int64_t rank_;
+  const int64_t world_;
+  const size_t region_bytes_;  // kSlotBytes / world in whole cache lines
+  std::vector<Segment> segments_;
+  uint64_t pieces_ = 0;  // pieces run so far; by the thread running a collective
+};
+
+}  // namespace zerod::comm::internal
+
+#endif  // ZEROD_RUNTIME_COMM_GLOO_SHARED_MEMORY_MESH_H_
