@@ -380,15 +380,18 @@ void RunRank(const std::string& store_dir, int64_t rank, int64_t world,
       using Exchange = comm::internal::LeadExchange;
       const bool all_to_all = world <= options.lead_all_to_all_max_world;
       const bool broadcast = std::string(op.name) == "broadcast";
-      const auto route = Exchange::RouteOf(static_cast<size_t>(per_peer), world, all_to_all);
+      const int64_t shared_memory_min =
+          gloo.UsesSharedMemory() ? comm::GlooCommunicator::SharedMemoryMinBytes(options, world)
+                                  : -1;
+      const auto route =
+          Exchange::RouteOf(static_cast<size_t>(per_peer), world, all_to_all, shared_memory_min);
       // An all-reduce goes inline in one exchange or two, as the communicator decides.
       using AllReduceRoute = comm::GlooCommunicator::AllReduceRoute;
       const AllReduceRoute all_reduce_route = comm::GlooCommunicator::AllReduceRouteOf(
           elements, dtype, world, options, gloo.UsesSharedMemory());
-      // Buffers of this rank's together (a group's too) from the minimum up, but broadcasts.
-      const bool shared_memory =
-          !broadcast && gloo.UsesSharedMemory() &&
-          size >= comm::GlooCommunicator::SharedMemoryMinBytes(options, world);
+      // Buffers of this rank's together (a group's too) from the minimum up.
+      const bool shared_memory = broadcast ? route == Exchange::BroadcastRoute::kSharedMemory
+                                           : shared_memory_min >= 0 && size >= shared_memory_min;
       const bool inline_path =
           shared_memory ? false
           : broadcast   ? route == Exchange::BroadcastRoute::kInline

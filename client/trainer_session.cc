@@ -151,6 +151,16 @@ bool TrainerSession::uses_shared_memory() const {
   return gloo != nullptr && gloo->UsesSharedMemory();
 }
 
+int64_t TrainerSession::shared_memory_pieces() const {
+  int64_t pieces = 0;
+  for (const auto* c : {communicator_.get(), gather_communicator_.get()}) {
+    if (const auto* gloo = dynamic_cast<const comm::GlooCommunicator*>(c)) {
+      pieces += gloo->SharedMemoryPieces();
+    }
+  }
+  return pieces;
+}
+
 std::string TrainerSession::PeerAddress() const {
   if (std::string host = Env("ZEROD_GLOO_HOST"); !host.empty()) return host;
   if (!membership_.node_address.empty()) return membership_.node_address;

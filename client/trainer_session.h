@@ -95,6 +95,9 @@ class TrainerSession {
   // Whether the collectives move large buffers through shared memory (Gloo, every rank on this
   // host, SessionOptions::shared_memory on).
   bool uses_shared_memory() const;
+  // Pieces of collectives moved through shared memory so far (GlooCommunicator::SharedMemoryPieces
+  // of the session's communicators).
+  int64_t shared_memory_pieces() const;
   // Where the engine's buffers live: nullptr for host memory, CudaOps on "cuda:N". A model that
   // computes on the host uploads its gradients through a buffer allocated with these ops.
   std::shared_ptr<engine::DeviceOps> device_ops() const { return device_ops_; }

@@ -437,6 +437,7 @@ int main(int argc, char** argv) {
         {"device", session ? session->device() : std::string("cpu")},
         {"gather_communicator", session && session->has_gather_communicator()},
         {"shared_memory", session && session->uses_shared_memory()},
+        {"shared_memory_pieces", session ? session->shared_memory_pieces() : 0},
         {"dtype", std::string(DTypeName(*dtype))},
         {"steps", steps},
         {"params", plan.total_numel()},

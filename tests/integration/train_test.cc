@@ -98,13 +98,15 @@ TEST(Train, SharedMemoryOrTcpGiveTheSameRun) {
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   std::vector<json> runs;
   for (const char* shm : {"1", "0"}) {
-    const ProcessResult r =
-        RunProcess({"/usr/bin/env", absl::StrCat("ZEROD_GLOO_SHARED_MEMORY=", shm), ZERORUN_PATH,
-                    "-n", "2", "--endpoint", zerod.endpoint(), "--job", absl::StrCat("shm", shm),
-                    "--", TRAIN_MLP_PATH, "--stage", "2", "--dtype", "bf16", "--steps", "3"});
+    const ProcessResult r = RunProcess(
+        {"/usr/bin/env", absl::StrCat("ZEROD_GLOO_SHARED_MEMORY=", shm), ZERORUN_PATH, "-n", "2",
+         "--endpoint", zerod.endpoint(), "--job", absl::StrCat("shm", shm), "--", TRAIN_MLP_PATH,
+         "--stage", "2", "--dtype", "bf16", "--steps", "3", "--hidden", "256"});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     runs.push_back(TrainSummary(r.out));
     EXPECT_EQ(runs.back()["shared_memory"], std::string(shm) == "1");
+    // 256 x 256 layers: their gradients and gathers are over the threshold at 2 ranks (64 KiB).
+    EXPECT_EQ(runs.back()["shared_memory_pieces"].get<int64_t>() > 0, std::string(shm) == "1");
   }
   EXPECT_EQ(runs[0]["final_loss"], runs[1]["final_loss"]);
   EXPECT_EQ(runs[0]["comm_bytes_by_collective"], runs[1]["comm_bytes_by_collective"]);

@@ -192,7 +192,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
       world_size_(world_size),
       options_(std::move(options)),
       leads_(std::move(mesh), rank, world_size, LeadOptionsOf(options_, world_size),
-             Millis(options_.timeout)),
+             Millis(options_.timeout), /*shared_memory=*/shm != nullptr),
       shm_(std::move(shm)),
       unclaimed_grace_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           absl::ToChronoNanoseconds(options_.unclaimed_grace))),
@@ -1167,47 +1167,54 @@ std::unique_ptr<Work> GlooCommunicator::Broadcast(void* data, int64_t count, DTy
   const auto route = leads_.RouteOf(static_cast<size_t>(bytes));
   const bool direct = route == internal::LeadExchange::BroadcastRoute::kInline;
   const bool chain = route == internal::LeadExchange::BroadcastRoute::kChain;
+  const bool shared = route == internal::LeadExchange::BroadcastRoute::kSharedMemory;
   // Along the chain each rank but the root's predecessor sends the buffer once, to its successor;
-  // otherwise the root sends it to every other rank (inline), or is counted as if it did (tree).
+  // otherwise the root sends it to every other rank (inline), or is counted as if it did (tree,
+  // shared memory: every other rank reads it from the root's segment).
   const bool sends_once = chain && (rank_ + 1) % world_size_ != root;
   const int64_t sent = chain ? (sends_once ? bytes : 0) : is_root ? (world_size_ - 1) * bytes : 0;
-  return Enqueue("broadcast", sent, is_root ? 0 : bytes, /*leads_only=*/direct,
-                 [this, data, count, dtype, bytes, root, is_root, direct, chain] {
-                   const auto lead = Next(internal::CollectiveKind::kBroadcast, count, dtype, root);
-                   if (world_size_ == 1) return;
-                   if (root < 0 || root >= world_size_) {
-                     throw std::invalid_argument(absl::StrCat(
-                         "no rank ", root, " to broadcast from (", world_size_, " ranks)"));
-                   }
-                   const size_t size = static_cast<size_t>(bytes);
-                   if (direct) {
-                     leads_.Exchange(lead, [&](int) {
-                       return is_root ? std::pair<const void*, size_t>(data, size)
-                                      : std::pair<const void*, size_t>(nullptr, 0);
-                     });
-                     if (!is_root && size > 0) {
-                       std::memcpy(data, InlinePayload(static_cast<int>(root), size), size);
-                     }
-                     leads_.Release();
-                     return;
-                   }
-                   // Too large to go inline: along the chain, each receiver checked the lead of
-                   // its predecessor, which sends it the data; for Gloo's tree, every rank's lead
-                   // reached every other and was checked (all-to-all), so every rank posts Gloo's
-                   // receives of one size.
-                   leads_.Exchange(lead, nullptr);
-                   leads_.Release();
-                   if (bytes == 0) return;
-                   if (chain) {
-                     ChainBroadcast(static_cast<char*>(data), size, root);
-                     return;
-                   }
-                   gloo::BroadcastOptions opts(context_);
-                   opts.setTimeout(Millis(options_.timeout));
-                   opts.setRoot(static_cast<int>(root));
-                   opts.setOutput(static_cast<char*>(data), size);
-                   gloo::broadcast(opts);
-                 });
+  return Enqueue(
+      "broadcast", sent, is_root ? 0 : bytes, /*leads_only=*/direct,
+      [this, data, count, dtype, bytes, root, is_root, direct, chain, shared] {
+        const auto lead = Next(internal::CollectiveKind::kBroadcast, count, dtype, root);
+        if (world_size_ == 1) return;
+        if (root < 0 || root >= world_size_) {
+          throw std::invalid_argument(
+              absl::StrCat("no rank ", root, " to broadcast from (", world_size_, " ranks)"));
+        }
+        const size_t size = static_cast<size_t>(bytes);
+        if (direct) {
+          leads_.Exchange(lead, [&](int) {
+            return is_root ? std::pair<const void*, size_t>(data, size)
+                           : std::pair<const void*, size_t>(nullptr, 0);
+          });
+          if (!is_root && size > 0) {
+            std::memcpy(data, InlinePayload(static_cast<int>(root), size), size);
+          }
+          leads_.Release();
+          return;
+        }
+        // Too large to go inline: along the chain, each receiver checked the lead of
+        // its predecessor, which sends it the data; for Gloo's tree, every rank's lead
+        // reached every other and was checked (all-to-all), so every rank posts Gloo's
+        // receives of one size.
+        leads_.Exchange(lead, nullptr);
+        leads_.Release();
+        if (bytes == 0) return;
+        if (shared) {
+          shm_->Broadcast(static_cast<char*>(data), size, root, Millis(options_.timeout));
+          return;
+        }
+        if (chain) {
+          ChainBroadcast(static_cast<char*>(data), size, root);
+          return;
+        }
+        gloo::BroadcastOptions opts(context_);
+        opts.setTimeout(Millis(options_.timeout));
+        opts.setRoot(static_cast<int>(root));
+        opts.setOutput(static_cast<char*>(data), size);
+        gloo::broadcast(opts);
+      });
 }
 
 std::unique_ptr<Work> GlooCommunicator::Barrier() {

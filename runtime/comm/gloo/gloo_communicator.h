@@ -80,9 +80,10 @@ struct GlooOptions {
   // to 1 s. Unset: 50 us (see caller_spin_). The collective thread, and collectives whose data
   // goes through Gloo, never spin.
   std::optional<absl::Duration> caller_spin;
-  // Ranks that all run on one host move the data of all-reduces, reduce-scatters and all-gathers
-  // whose buffers hold at least shared_memory_min_bytes (a rank's buffers together) through shared
-  // memory (shared_memory_mesh.h) after their leads; smaller ones stay inline or on the rings.
+  // Ranks that all run on one host move the data of all-reduces, reduce-scatters, all-gathers and
+  // broadcasts whose buffers hold at least shared_memory_min_bytes (a rank's buffers together)
+  // through shared memory (shared_memory_mesh.h) after their leads; smaller ones stay inline or on
+  // the rings.
   // A rank created with shared_memory off turns it off for every rank
   // (GlooCommunicator::UsesSharedMemory says whether it is on). Every rank must be given the same
   // minimum (the leads check it); unset, the world's measured one
@@ -124,15 +125,19 @@ class GlooCommunicator final : public Communicator {
   internal::LeadMesh::Waits LeadWaits() const { return leads_.waits(); }
   // Whether every rank mapped every other's shared memory at Create (GlooOptions::shared_memory).
   bool UsesSharedMemory() const { return shm_ != nullptr; }
-  // The smallest buffers (a rank's together) that go through shared memory, by world size, where
-  // the ranks share memory and GlooOptions::shared_memory_min_bytes is unset. collective_bench,
-  // two alternating runs, shared memory from 16 KiB against TCP (2026-12-07): at 2 ranks it took
-  // 0.54-0.80x the time of the inline exchanges from 64 KiB (1.02-1.07x at 16 KiB for a
-  // reduce-scatter or all-gather); at 3 ranks 0.50-0.73x from 256 KiB, 1.07-2.07x at 64 KiB; at
-  // 4 ranks 0.76-1.03x at 256 KiB, 0.44-0.79x from 1 MiB. Waiting on peers that share 2 cores
-  // costs more the more ranks there are; beyond 4 ranks (not measured) 4's is kept.
+  // Pieces of collectives this rank has moved through shared memory so far (0 without it). Any
+  // thread; for tests and train_mlp's summary.
+  int64_t SharedMemoryPieces() const { return shm_ != nullptr ? shm_->pieces_run() : 0; }
+  // The smallest buffers (a rank's together; a broadcast's) that go through shared memory, by world
+  // size, where the ranks share memory and GlooOptions::shared_memory_min_bytes is unset.
+  // collective_bench, two alternating runs, shared memory from 16 KiB against TCP (2026-12-07):
+  // at 2 ranks it took 0.54-0.80x the time of the inline exchanges from 64 KiB (1.02-1.07x at
+  // 16 KiB for a reduce-scatter or all-gather); at 3 ranks 0.47-0.73x from 256 KiB, 0.91-2.07x at
+  // 64 KiB; at 4 ranks 0.76-1.03x at 256 KiB (a broadcast 0.22-0.35x), 0.21-0.79x from 1 MiB, and
+  // 0.73-1.87x at 64 KiB. Waiting on peers that share 2 cores costs more the more ranks there are;
+  // beyond 4 ranks (not measured) 4's is kept.
   static constexpr int64_t kSharedMemoryMinBytes[] = {0, 0, int64_t{64} << 10, int64_t{256} << 10,
-                                                      int64_t{512} << 10};
+                                                      int64_t{256} << 10};
   // GlooOptions::shared_memory_min_bytes if set, else the table's for `world_size`.
   static int64_t SharedMemoryMinBytes(const GlooOptions& options, int64_t world_size);
 

@@ -143,12 +143,14 @@ std::vector<int> LeadExchange::PeersOf(int64_t rank, int64_t world_size,
 }
 
 LeadExchange::LeadExchange(std::unique_ptr<LeadMesh> mesh, int64_t rank, int64_t world_size,
-                           LeadOptions options, std::chrono::milliseconds timeout)
+                           LeadOptions options, std::chrono::milliseconds timeout,
+                           bool shared_memory)
     : mesh_(std::move(mesh)),
       rank_(rank),
       world_size_(world_size),
       options_(options),
       all_to_all_(world_size <= options.all_to_all_max_world),
+      shared_memory_(shared_memory),
       timeout_(timeout),
       ran_(kRemembered) {
   peers_ = PeersOf(rank, world_size, options);
@@ -174,8 +176,9 @@ LeadMesh::Waits LeadExchange::waits() const {
 }
 
 bool LeadExchange::Sends(int from, int to, const CollectiveDescriptor& d) const {
-  // Only a broadcast that goes inline or along the chain is sparse: its data comes in the root's
-  // lead or from the predecessor, whose leads every receiver checks. A larger one goes through
+  // Only a broadcast that goes inline, along the chain or through shared memory is sparse: its data
+  // comes in the root's lead, from the predecessor, or from the root's segment, whose leads every
+  // receiver checks. A larger one goes through
   // Gloo's binomial tree, where a rank's data comes from its tree parent, whose lead a sparse
   // receiver would never see (a parent on another root's tree would send a longer message than
   // the receive posted, and Gloo aborts the process).

@@ -142,9 +142,10 @@ class LeadExchange {
   // The ranks `rank` exchanges leads with, in rank order (see "Peers" above).
   static std::vector<int> PeersOf(int64_t rank, int64_t world_size, const LeadOptions& options);
 
-  // `mesh` connects this rank to every other (null in a world of one).
+  // `mesh` connects this rank to every other (null in a world of one); `shared_memory`: every rank
+  // shares memory with every other (broadcasts may go through it: RouteOf).
   LeadExchange(std::unique_ptr<LeadMesh> mesh, int64_t rank, int64_t world_size,
-               LeadOptions options, std::chrono::milliseconds timeout);
+               LeadOptions options, std::chrono::milliseconds timeout, bool shared_memory = false);
   ~LeadExchange();
   LeadExchange(const LeadExchange&) = delete;
   LeadExchange& operator=(const LeadExchange&) = delete;
@@ -164,15 +165,25 @@ class LeadExchange {
   // 8 MiB: there the tree is Gloo's one message, which took 1.05-1.10x the chain's pieces at 8 MiB,
   // 1.2-1.3x at 16 MiB and 1.6-1.8x at 32-64 MiB, but 0.77-1.06x at 3 MiB and 0.85-0.93x at
   // 4 MiB (three alternating runs, 2026-12-07). Beyond 4 ranks a chain's hops would add up for
-  // buffers of a few pieces.
-  enum class BroadcastRoute { kInline, kChain, kTree };
+  // buffers of a few pieces. Where the ranks share memory (GlooCommunicator::UsesSharedMemory), a
+  // broadcast of at least LeadOptions::shared_memory_min_bytes goes through it instead, with
+  // sparse leads too (a receiver reads the root's segment only, and checked the root's lead).
+  enum class BroadcastRoute { kInline, kChain, kTree, kSharedMemory };
   static constexpr int64_t kMinChainWorld = 2, kMaxChainWorld = 4;
   static constexpr size_t kMinTwoRankChainBytes = size_t{8} << 20;
-  BroadcastRoute RouteOf(size_t bytes) const { return RouteOf(bytes, world_size_, all_to_all_); }
-  // The same rule for a world of `world_size` ranks, with or without all-to-all leads (for
+  BroadcastRoute RouteOf(size_t bytes) const {
+    return RouteOf(bytes, world_size_, all_to_all_,
+                   shared_memory_ ? options_.shared_memory_min_bytes : -1);
+  }
+  // The same rule for a world of `world_size` ranks, with or without all-to-all leads, and
+  // through shared memory from `shared_memory_min_bytes` if that is not negative (for
   // collective_bench, which has no LeadExchange).
-  static BroadcastRoute RouteOf(size_t bytes, int64_t world_size, bool all_to_all) {
+  static BroadcastRoute RouteOf(size_t bytes, int64_t world_size, bool all_to_all,
+                                int64_t shared_memory_min_bytes = -1) {
     if (!all_to_all) return BroadcastRoute::kTree;
+    if (shared_memory_min_bytes >= 0 && bytes >= static_cast<size_t>(shared_memory_min_bytes)) {
+      return BroadcastRoute::kSharedMemory;
+    }
     if (bytes <= MaxInlineBytes(CollectiveKind::kBroadcast, world_size)) {
       return BroadcastRoute::kInline;
     }
@@ -218,6 +229,7 @@ class LeadExchange {
   const int64_t world_size_;
   const LeadOptions options_;
   const bool all_to_all_;
+  const bool shared_memory_;
   const std::chrono::milliseconds timeout_;
   std::vector<int> peers_;
   std::vector<std::unique_ptr<Peer>> slots_;  // one per peer, in peers_ order

@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <stdexcept>
 
 #include "absl/strings/numbers.h"
@@ -109,8 +110,9 @@ size_t SegmentBytes() {
 // Creates and maps this rank's segment; false (and nothing left behind) if the host will not.
 bool CreateSegment(PendingSegment& segment) {
   const uint64_t a = RandomWord(), b = RandomWord();
-  const std::string name =
-      absl::StrCat("/zerod-", absl::Hex(a, absl::kZeroPad16), absl::Hex(b, absl::kZeroPad16));
+  // The creator's pid in the name: an operator can tell whose a name left behind was.
+  const std::string name = absl::StrCat("/zerod-", ::getpid(), "-", absl::Hex(a, absl::kZeroPad16),
+                                        absl::Hex(b, absl::kZeroPad16));
   const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return false;
   segment.name = name;
@@ -192,11 +194,13 @@ absl::StatusOr<std::unique_ptr<SharedMemoryMesh>> SharedMemoryMesh::Connect(
     own.name.clear();
   }
   if (!everyone) return nullptr;  // the pending segments unmap themselves
-  std::vector<Segment> kept(static_cast<size_t>(world));
+  // Allocated before the mappings leave the pending segments, which unmap them until then.
+  std::unique_ptr<SharedMemoryMesh> mesh(
+      new SharedMemoryMesh(rank, world, std::vector<Segment>(static_cast<size_t>(world))));
   const uint64_t pid_namespace = PidNamespace();
   for (int64_t r = 0; r < world; ++r) {
     PendingSegment& p = segments[static_cast<size_t>(r)];
-    Segment& s = kept[static_cast<size_t>(r)];
+    Segment& s = mesh->segments_[static_cast<size_t>(r)];
     s.base = p.base;
     s.bytes = p.bytes;
     p.base = nullptr;
@@ -206,7 +210,7 @@ absl::StatusOr<std::unique_ptr<SharedMemoryMesh>> SharedMemoryMesh::Connect(
       s.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(h->pid), 0));
     }
   }
-  return std::unique_ptr<SharedMemoryMesh>(new SharedMemoryMesh(rank, world, std::move(kept)));
+  return mesh;
 }
 
 SharedMemoryMesh::SharedMemoryMesh(int64_t rank, int64_t world, std::vector<Segment> segments)
@@ -216,10 +220,10 @@ SharedMemoryMesh::SharedMemoryMesh(int64_t rank, int64_t world, std::vector<Segm
       segments_(std::move(segments)) {}
 
 SharedMemoryMesh::~SharedMemoryMesh() {
-  Close();
+  if (segments_[static_cast<size_t>(rank_)].base != nullptr) Close();
   for (Segment& s : segments_) {
     if (s.pidfd >= 0) ::close(s.pidfd);
-    ::munmap(s.base, s.bytes);
+    if (s.base != nullptr) ::munmap(s.base, s.bytes);
   }
 }
 
@@ -248,16 +252,15 @@ void SharedMemoryMesh::Publish(std::atomic<uint64_t> Header::*counter, uint64_t 
   if (mine.sleepers.load() > 0) FutexWake(mine.events);
 }
 
-void SharedMemoryMesh::CheckPeer(int64_t peer, const char* what, uint64_t value) {
+std::optional<std::string> SharedMemoryMesh::PeerProblem(int64_t peer, const PieceOf& at) const {
   if (HeaderOf(rank_).closed.load() != 0) {
-    throw std::runtime_error("the shared-memory transport was closed on this rank");
+    return "the shared-memory transport was closed on this rank (its communicator was aborted)";
   }
   for (int64_t r = 0; r < world_; ++r) {
     if (r != rank_ && HeaderOf(r).closed.load() != 0) {
-      throw std::runtime_error(
-          absl::StrCat("rank ", r,
-                       " closed its shared memory (it failed a collective, and its own error says "
-                       "why, or it was aborted)"));
+      return absl::StrCat("rank ", r,
+                          " closed its shared memory (it failed a collective, and its own error "
+                          "says why, or it was aborted)");
     }
   }
   const int pidfd = segments_[static_cast<size_t>(peer)].pidfd;
@@ -266,40 +269,53 @@ void SharedMemoryMesh::CheckPeer(int64_t peer, const char* what, uint64_t value)
       pidfd, POLLIN, 0
     };
     if (::poll(&p, 1, 0) > 0) {
-      throw std::runtime_error(absl::StrCat("rank ", peer, " (pid ", HeaderOf(peer).pid,
-                                            ") exited before it ", what, " piece ", value));
+      return absl::StrCat("rank ", peer, " (pid ", HeaderOf(peer).pid,
+                          ") exited during this collective, at piece ", at.index, " of ", at.count);
     }
   }
+  return std::nullopt;
 }
 
 void SharedMemoryMesh::Await(int64_t peer, std::atomic<uint64_t> Header::*counter, uint64_t value,
-                             const char* what, std::chrono::steady_clock::time_point deadline) {
+                             const PieceOf& at, std::chrono::steady_clock::time_point deadline) {
   Header& h = HeaderOf(peer);
-  const auto reached = [&] { return (h.*counter).load(std::memory_order_acquire) >= value; };
-  if (reached()) return;
+  const auto reached = [&](std::memory_order order) { return (h.*counter).load(order) >= value; };
+  if (reached(std::memory_order_acquire)) return;
+  // A peer that published what this wait needs and then closed or exited (its part done, its
+  // communicator destroyed at the end of the job) has not failed this rank.
+  const auto check = [&] {
+    std::optional<std::string> problem = PeerProblem(peer, at);
+    if (problem.has_value() && !reached(std::memory_order_seq_cst)) {
+      throw std::runtime_error(*problem);
+    }
+  };
   using Clock = std::chrono::steady_clock;
   const Clock::time_point spin_until = std::min(deadline, Clock::now() + kSpin);
   for (int polls = 0; Clock::now() < spin_until; ++polls) {
     ::sched_yield();
-    if (reached()) return;
-    if (polls % 256 == 255) CheckPeer(peer, what, value);
+    if (reached(std::memory_order_acquire)) return;
+    if (polls % 256 == 255) check();
   }
   for (;;) {
-    CheckPeer(peer, what, value);
+    check();
     const Clock::time_point now = Clock::now();
     if (now >= deadline) {
-      throw std::runtime_error(absl::StrCat("rank ", peer, " has not ", what, " piece ", value,
-                                            " of the shared-memory transport in time"));
+      if (reached(std::memory_order_acquire)) return;
+      throw std::runtime_error(absl::StrCat("rank ", peer, " did not reach piece ", at.index,
+                                            " of ", at.count,
+                                            " of this collective through shared memory in time"));
     }
     h.sleepers.fetch_add(1);
     const uint32_t seen = h.events.load();
-    if (reached()) {
+    // Sequentially consistent: either this load sees the publication, or the publisher's load of
+    // `sleepers` sees this sleeper and wakes it.
+    if (reached(std::memory_order_seq_cst)) {
       h.sleepers.fetch_sub(1);
       return;
     }
     FutexWait(h.events, seen, std::min<Clock::duration>(kSleepSlice, deadline - now));
     h.sleepers.fetch_sub(1);
-    if (reached()) return;
+    if (reached(std::memory_order_acquire)) return;
   }
 }
 
@@ -329,6 +345,18 @@ void SharedMemoryMesh::SumRegion(const std::vector<RingPart>& parts, DType dtype
   }
 }
 
+uint64_t SharedMemoryMesh::NextPiece() {
+  pieces_run_.fetch_add(1, std::memory_order_relaxed);
+  return ++pieces_;
+}
+
+std::chrono::steady_clock::time_point SharedMemoryMesh::DeadlineAfter(
+    std::chrono::milliseconds timeout) {
+  // An "infinite" timeout (absl's, as milliseconds) must not overflow the clock.
+  constexpr std::chrono::milliseconds kLongest = std::chrono::hours(24 * 365);
+  return std::chrono::steady_clock::now() + std::min(timeout, kLongest);
+}
+
 void SharedMemoryMesh::Run(const std::vector<RingPart>& parts, DType dtype, Mode mode,
                            std::chrono::milliseconds timeout) {
   const bool reduce = mode != Mode::kAllGather, gather = mode != Mode::kReduceScatter;
@@ -339,9 +367,10 @@ void SharedMemoryMesh::Run(const std::vector<RingPart>& parts, DType dtype, Mode
     most = std::max(most, step[static_cast<size_t>(j)]);
   }
   const size_t pieces = (most + region_bytes_ - 1) / region_bytes_;
+  const auto deadline = DeadlineAfter(timeout);
   for (size_t k = 0; k < pieces; ++k) {
-    const uint64_t piece = ++pieces_;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const uint64_t piece = NextPiece();
+    const PieceOf at{k + 1, pieces};
     const size_t begin = k * region_bytes_;
     const auto bytes_of = [&](int64_t j) {
       const size_t s = step[static_cast<size_t>(j)];
@@ -360,7 +389,7 @@ void SharedMemoryMesh::Run(const std::vector<RingPart>& parts, DType dtype, Mode
       }
       Publish(&Header::written, piece);
       for (int64_t j = 0; j < world_; ++j) {
-        if (j != rank_) Await(j, &Header::written, piece, "written", deadline);
+        if (j != rank_) Await(j, &Header::written, piece, at, deadline);
       }
       if (own_bytes > 0) SumRegion(parts, dtype, piece, begin, own_bytes);
       ForEachInStep(parts, rank_, begin, own_bytes, [&](char* in_part, size_t n, size_t from) {
@@ -376,7 +405,7 @@ void SharedMemoryMesh::Run(const std::vector<RingPart>& parts, DType dtype, Mode
       Publish(&Header::reduced, piece);
       for (int64_t i = 1; i < world_; ++i) {
         const int64_t j = (rank_ + i) % world_;
-        Await(j, &Header::reduced, piece, "reduced", deadline);
+        Await(j, &Header::reduced, piece, at, deadline);
         const char* theirs = Region(j, piece, j);
         ForEachInStep(parts, j, begin, bytes_of(j), [&](char* in_part, size_t n, size_t from) {
           std::memcpy(in_part, theirs + (from - begin), n);
@@ -389,6 +418,29 @@ void SharedMemoryMesh::Run(const std::vector<RingPart>& parts, DType dtype, Mode
 void SharedMemoryMesh::ReduceScatter(const std::vector<RingPart>& parts, DType dtype,
                                      bool then_all_gather, std::chrono::milliseconds timeout) {
   Run(parts, dtype, then_all_gather ? Mode::kAllReduce : Mode::kReduceScatter, timeout);
+}
+
+void SharedMemoryMesh::Broadcast(char* data, size_t bytes, int64_t root,
+                                 std::chrono::milliseconds timeout) {
+  const size_t pieces = (bytes + kSlotBytes - 1) / kSlotBytes;
+  const auto deadline = DeadlineAfter(timeout);
+  for (size_t k = 0; k < pieces; ++k) {
+    const uint64_t piece = NextPiece();
+    const PieceOf at{k + 1, pieces};
+    const size_t begin = k * kSlotBytes, n = std::min(kSlotBytes, bytes - begin);
+    char* slot = Region(root, piece, 0);  // the root's whole slot
+    if (rank_ == root) {
+      std::memcpy(slot, data + begin, n);
+    } else {
+      Await(root, &Header::reduced, piece, at, deadline);
+      std::memcpy(data + begin, slot, n);
+    }
+    // Every rank past this piece before any goes past the next (see "Two slots are enough").
+    Publish(&Header::reduced, piece);
+    for (int64_t j = 0; j < world_; ++j) {
+      if (j != rank_ && j != root) Await(j, &Header::reduced, piece, at, deadline);
+    }
+  }
 }
 
 void SharedMemoryMesh::AllGather(const std::vector<RingPart>& parts,

@@ -10,8 +10,9 @@
 // plain copies. A throwaway prototype on the 2-core VM took 0.35-0.5x the time of our rings for
 // 4-64 MiB all-reduces at 2-4 ranks (docs/ARCHITECTURE.md, "Shared memory on one host").
 //
-// Layout: each rank owns a segment (a POSIX shared-memory object, mode 0600, named at random and
-// unlinked once every rank has mapped it, so nothing outlives the processes): a header of
+// Layout: each rank owns a segment (a POSIX shared-memory object, mode 0600, named
+// /zerod-<pid>-<random> and unlinked once every rank has answered whether it mapped it: from then
+// on nothing outlives the processes; one killed during the rendezvous leaves its name): a header of
 // counters, then two slots. A collective goes in pieces, one per slot in turn; a slot holds a
 // region per rank. For piece k each rank
 //   1. (reduce) copies its contribution to rank j's chunk into region j of its own slot, and
@@ -31,17 +32,20 @@
 // Waiting: a rank polls a peer's counter, yielding its CPU between polls (ranks often outnumber
 // CPUs), for kSpin; then sleeps on the peer's futex word, which a rank that publishes a counter
 // wakes when someone sleeps on it. A sleep ends every kSleepSlice to look for a closed segment,
-// a peer process that exited (pidfd, where the peer's pid is visible), and the timeout.
+// a peer process that exited (pidfd, where the peer's pid is visible), and the timeout (one per
+// collective). A peer that closed or exited after publishing what the wait needs (the end of a
+// job) fails nothing.
 //
 // Who uses it: every rank or none. Connect maps every peer's segment; unless every rank mapped
-// every other (ranks on other hosts, in another IPC namespace, a full /dev/shm, a rank created
-// with it off), all of them go without.
+// every other (ranks on other hosts, seeing another /dev/shm (containers), a full /dev/shm, a rank
+// created with it off), all of them go without.
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +90,11 @@ class SharedMemoryMesh {
                      std::chrono::milliseconds timeout);
   // After it every rank's chunk `rank` of every part is in every rank's parts. Throws as above.
   void AllGather(const std::vector<RingPart>& parts, std::chrono::milliseconds timeout);
+  // After it every rank's `bytes` at `data` are `root`'s: the root copies each piece (a whole
+  // slot) into its segment, the others copy it out. Throws as above.
+  void Broadcast(char* data, size_t bytes, int64_t root, std::chrono::milliseconds timeout);
+  // Pieces this rank has run so far (every collective's together). Any thread.
+  int64_t pieces_run() const { return pieces_run_.load(std::memory_order_relaxed); }
   // Marks this rank's segment closed and wakes every wait on it, here and at the peers: theirs
   // fail naming this rank. Any thread, any number of times.
   void Close();
@@ -112,17 +121,27 @@ class SharedMemoryMesh {
                  size_t bytes);
   // Sets this rank's counter to `value` and wakes whoever sleeps on its segment.
   void Publish(std::atomic<uint64_t> Header::*counter, uint64_t value);
-  // Waits until `peer`'s counter reaches `value`; throws naming `what` and the peer.
-  void Await(int64_t peer, std::atomic<uint64_t> Header::*counter, uint64_t value, const char* what,
-             std::chrono::steady_clock::time_point deadline);
-  // Throws when this rank's segment or `peer`'s is closed, or `peer`'s process exited.
-  void CheckPeer(int64_t peer, const char* what, uint64_t value);
+  // Which piece of the collective running a wait is for, for its errors.
+  struct PieceOf {
+    size_t index, count;
+  };
+  // Waits until `peer`'s counter reaches `value`; throws naming the peer and the piece when it
+  // cannot (PeerProblem) or the deadline passes.
+  void Await(int64_t peer, std::atomic<uint64_t> Header::*counter, uint64_t value,
+             const PieceOf& at, std::chrono::steady_clock::time_point deadline);
+  // Why `peer` will not publish more: this rank's segment or any rank's is closed, or `peer`'s
+  // process exited.
+  std::optional<std::string> PeerProblem(int64_t peer, const PieceOf& at) const;
+  static std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout);
+  // The number of the piece this rank runs next (pieces_, counted in pieces_run_ too).
+  uint64_t NextPiece();
 
   const int64_t rank_;
   const int64_t world_;
   const size_t region_bytes_;  // kSlotBytes / world in whole cache lines
   std::vector<Segment> segments_;
-  uint64_t pieces_ = 0;  // pieces run so far; by the thread running a collective
+  uint64_t pieces_ = 0;                 // pieces run so far; by the thread running a collective
+  std::atomic<int64_t> pieces_run_{0};  // the same, for pieces_run() from any thread
 };
 
 }  // namespace zerod::comm::internal

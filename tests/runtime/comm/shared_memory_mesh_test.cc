@@ -44,7 +44,11 @@ void OnMeshes(int64_t world, const std::function<void(int64_t, SharedMemoryMesh&
       auto mesh = SharedMemoryMesh::Connect(*store, "shm/", r, world, true, absl::Seconds(30));
       ASSERT_TRUE(mesh.ok()) << mesh.status();
       ASSERT_NE(*mesh, nullptr) << "ranks of one process share memory";
-      body(r, **mesh);
+      try {
+        body(r, **mesh);
+      } catch (const std::exception& e) {  // a failure, not the test binary's end
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
     });
   }
   for (auto& t : threads) t.join();
@@ -120,6 +124,45 @@ TEST(SharedMemoryMesh, AnAllReduceOfUnevenChunksGivesEveryRankTheRankOrderSum) {
   }
 }
 
+// Every mode back to back, each a few pieces long, so that a rank that finishes one collective
+// starts the next while others still read the last pieces of it: all-reduces, reduce-scatters,
+// all-gathers and broadcasts from every root, each checked against its reference.
+TEST(SharedMemoryMesh, CollectivesOfEveryKindBackToBackStayInStep) {
+  for (int64_t world : {2, 3, 4}) {
+    SCOPED_TRACE(testing::Message() << "world " << world);
+    const int64_t chunk = 3 * static_cast<int64_t>(SharedMemoryMesh::kSlotBytes) / 2 / world + 7;
+    OnMeshes(world, [&](int64_t r, SharedMemoryMesh& mesh) {
+      for (int round = 0; round < 6; ++round) {
+        const int64_t n = world * chunk - round;  // uneven all-reduce chunks
+        std::vector<uint16_t> data(static_cast<size_t>(world * chunk));
+        for (int64_t i = 0; i < n; ++i) data[i] = Term(r, static_cast<size_t>(round), i);
+        mesh.ReduceScatter(
+            {{reinterpret_cast<char*>(data.data()), internal::Chunks::Split(world, n, 2)}},
+            DType::kBFloat16, true, std::chrono::seconds(30));
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(data[i], RankOrderSum(world, static_cast<size_t>(round), i)) << i;
+        }
+        const int64_t root = round % world;
+        for (int64_t i = 0; i < n; ++i) data[i] = Term(r, 99, i);
+        mesh.Broadcast(reinterpret_cast<char*>(data.data()), static_cast<size_t>(n) * 2, root,
+                       std::chrono::seconds(30));
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(data[i], Term(root, 99, i)) << i;
+        const std::vector<RingPart> parts = {
+            {reinterpret_cast<char*>(data.data()), internal::Chunks::Even(world, chunk, 2)}};
+        for (int64_t i = 0; i < world * chunk; ++i) data[i] = Term(r, 7, i);
+        mesh.ReduceScatter(parts, DType::kBFloat16, false, std::chrono::seconds(30));
+        for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
+          ASSERT_EQ(data[i], RankOrderSum(world, 7, i)) << i;
+        }
+        mesh.AllGather(parts, std::chrono::seconds(30));
+        for (int64_t i = 0; i < world * chunk; ++i) {
+          ASSERT_EQ(data[i], RankOrderSum(world, 7, i)) << i;
+        }
+      }
+    });
+  }
+}
+
 std::vector<char> Floats(int64_t n) { return std::vector<char>(static_cast<size_t>(n) * 4, 0); }
 
 // Two meshes: rank 0 runs `body`; rank 1 stays silent, its mesh open, until rank 0 is done.
@@ -191,7 +234,7 @@ TEST(SharedMemoryMesh, AWaitOnASilentPeerTimesOutNamingIt) {
                          std::chrono::milliseconds(300));
       ADD_FAILURE() << "completed without rank 1";
     } catch (const std::runtime_error& e) {
-      EXPECT_THAT(e.what(), HasSubstr("rank 1 has not written piece 1"));
+      EXPECT_THAT(e.what(), HasSubstr("rank 1 did not reach piece 1 of 1 of this collective"));
     }
   });
 }
@@ -199,9 +242,9 @@ TEST(SharedMemoryMesh, AWaitOnASilentPeerTimesOutNamingIt) {
 // A peer process killed mid-job cannot close its segment: its exit (a pidfd) ends the wait long
 // before the timeout.
 TEST(SharedMemoryMesh, APeerProcessThatExitsFailsTheWaitAtOnce) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / absl::StrCat("shm_exit_", ::getpid());
-  std::filesystem::create_directories(dir);
+  std::string made = (std::filesystem::temp_directory_path() / "shm_exit_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(made.data()), nullptr);
+  const std::filesystem::path dir = made;
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -223,7 +266,8 @@ TEST(SharedMemoryMesh, APeerProcessThatExitsFailsTheWaitAtOnce) {
                            std::chrono::seconds(60));
     ADD_FAILURE() << "completed without rank 1";
   } catch (const std::runtime_error& e) {
-    EXPECT_THAT(e.what(), HasSubstr(absl::StrCat("rank 1 (pid ", child, ") exited")));
+    EXPECT_THAT(e.what(),
+                HasSubstr(absl::StrCat("rank 1 (pid ", child, ") exited during this collective")));
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   std::filesystem::remove_all(dir);
@@ -234,10 +278,12 @@ std::set<std::string> SegmentsInDevShm() {
   std::set<std::string> names;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    // "zerod-" and 32 hex digits (checkpoint snapshots' directories there have other names).
+    // This process's: "zerod-<pid>-" and 32 hex digits (other tests' processes, and checkpoint
+    // snapshots' directories, have other names).
+    const std::string mine = absl::StrCat("zerod-", ::getpid(), "-");
     const std::string name = entry.path().filename().string();
-    if (name.size() == 38 && name.starts_with("zerod-") &&
-        name.find_first_not_of("0123456789abcdef", 6) == std::string::npos) {
+    if (name.size() == mine.size() + 32 && name.starts_with(mine) &&
+        name.find_first_not_of("0123456789abcdef", mine.size()) == std::string::npos) {
       names.insert(name);
     }
   }
@@ -245,22 +291,13 @@ std::set<std::string> SegmentsInDevShm() {
 }
 
 // Once connected, no segment has a name left: a process that dies later leaves nothing behind.
-// (Another test's rendezvous running beside this one may hold a name for a moment.)
 TEST(GlooSharedMemory, EveryRankSharesMemoryAndNoNameOutlivesTheRendezvous) {
-  const std::set<std::string> before = SegmentsInDevShm();
+  // Every rank has connected before any runs its body (OnRanks).
   OnRanks(3, [&](int64_t, Communicator& c) {
     EXPECT_TRUE(static_cast<GlooCommunicator&>(c).UsesSharedMemory());
+    const std::set<std::string> left = SegmentsInDevShm();
+    EXPECT_TRUE(left.empty()) << *left.begin();
   });
-  std::set<std::string> left;
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    left.clear();
-    for (const std::string& name : SegmentsInDevShm()) {
-      if (!before.contains(name)) left.insert(name);
-    }
-    if (left.empty()) break;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  EXPECT_TRUE(left.empty()) << *left.begin();
 }
 
 // One rank created without shared memory turns it off for all of them: the large all-reduce then
