@@ -32,6 +32,16 @@ absl::Status EnvInt(const char* name, int64_t& target) {
   return absl::OkStatus();
 }
 
+// A switch in the environment: unset (or empty), 0 or 1.
+absl::StatusOr<std::optional<bool>> EnvSwitch(const char* name) {
+  const std::string text = Env(name);
+  if (text.empty()) return std::nullopt;
+  if (text != "0" && text != "1") {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", text, "' is not 0 (off) or 1 (on)"));
+  }
+  return text == "1";
+}
+
 }  // namespace
 
 absl::StatusOr<int> ParseDevice(const std::string& device) {
@@ -95,13 +105,11 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
 #endif
   ClientOptions defaults;
   absl::Duration retry_for = defaults.retry_for;
-  if (const std::string shm = Env("ZEROD_GLOO_SHARED_MEMORY"); !shm.empty()) {
-    if (shm != "0" && shm != "1") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ZEROD_GLOO_SHARED_MEMORY='", shm, "' is not 0 (off) or 1 (on)"));
-    }
-    o.shared_memory = shm == "1";
-  }
+  ZEROD_ASSIGN_OR_RETURN(const std::optional<bool> shm, EnvSwitch("ZEROD_GLOO_SHARED_MEMORY"));
+  if (shm.has_value()) o.shared_memory = *shm;
+  ZEROD_ASSIGN_OR_RETURN(const std::optional<bool> background,
+                         EnvSwitch("ZEROD_GLOO_BACKGROUND_START"));
+  if (background.has_value()) o.background_start = background;
   if (const std::string retry = Env("ZEROD_RETRY_FOR"); !retry.empty()) {
     if (!absl::ParseDuration(retry, &retry_for) || retry_for < absl::ZeroDuration()) {
       return absl::InvalidArgumentError(
@@ -151,6 +159,11 @@ bool TrainerSession::uses_shared_memory() const {
   return gloo != nullptr && gloo->UsesSharedMemory();
 }
 
+bool TrainerSession::starts_collectives_in_background() const {
+  const auto* gloo = dynamic_cast<const comm::GlooCommunicator*>(communicator_.get());
+  return gloo != nullptr && gloo->StartsInBackground();
+}
+
 int64_t TrainerSession::shared_memory_pieces() const {
   int64_t pieces = 0;
   for (const auto* c : {communicator_.get(), gather_communicator_.get()}) {
@@ -179,6 +192,7 @@ absl::Status TrainerSession::Connect() {
     gloo.timeout = options_.collective_timeout;
     gloo.hostname = PeerAddress();
     gloo.shared_memory = options_.shared_memory;
+    gloo.background_start = options_.background_start;
     make = [this, rank, world, gloo](const std::string& name) {
       return comm::GlooCommunicator::Create(
           std::make_shared<comm::PrefixStore>("gloo" + name, store_), rank, world, gloo);

@@ -73,6 +73,10 @@ struct SessionOptions {
   // Gloo: ranks that all run on one host move large collectives through shared memory
   // (GlooOptions::shared_memory). $ZEROD_GLOO_SHARED_MEMORY=0 turns it off, =1 leaves it on.
   bool shared_memory = true;
+  // Gloo: whether a collective the engine starts runs on the collective thread at once
+  // (GlooOptions::background_start). Unset: where the ranks on this host leave a CPU free.
+  // $ZEROD_GLOO_BACKGROUND_START=0 or 1 sets it.
+  std::optional<bool> background_start;
 };
 
 class TrainerSession {
@@ -95,6 +99,9 @@ class TrainerSession {
   // Whether the collectives move large buffers through shared memory (Gloo, every rank on this
   // host, SessionOptions::shared_memory on).
   bool uses_shared_memory() const;
+  // Whether collectives the engine starts run on the collective thread at once (Gloo,
+  // SessionOptions::background_start or what the communicator chose).
+  bool starts_collectives_in_background() const;
   // Pieces of collectives moved through shared memory so far (GlooCommunicator::SharedMemoryPieces
   // of the session's communicators).
   int64_t shared_memory_pieces() const;

@@ -438,6 +438,7 @@ int main(int argc, char** argv) {
         {"gather_communicator", session && session->has_gather_communicator()},
         {"shared_memory", session && session->uses_shared_memory()},
         {"shared_memory_pieces", session ? session->shared_memory_pieces() : 0},
+        {"background_start", session && session->starts_collectives_in_background()},
         {"dtype", std::string(DTypeName(*dtype))},
         {"steps", steps},
         {"params", plan.total_numel()},

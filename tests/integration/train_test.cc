@@ -91,30 +91,66 @@ TEST(Train, StageThreeGathersGiveTheSameRunOnEitherCommunicator) {
   EXPECT_EQ(runs[0]["comm_bytes_by_collective"], runs[1]["comm_bytes_by_collective"]);
 }
 
+// A trainer switch in the environment: `train` on 2 ranks with `variable`=1, then =0, each run's
+// summary checked to report it as `reported`, and the same final loss and bytes counted both
+// ways; a value other than 0 or 1 refused with its name. Returns the two summaries.
+std::vector<json> SameRunWithSwitchOnOrOff(ZerodHarness& zerod, const std::string& variable,
+                                           const std::string& reported,
+                                           const std::vector<std::string>& train) {
+  std::vector<json> runs;
+  for (const char* value : {"1", "0"}) {
+    std::vector<std::string> args = {"/usr/bin/env",
+                                     absl::StrCat(variable, "=", value),
+                                     ZERORUN_PATH,
+                                     "-n",
+                                     "2",
+                                     "--endpoint",
+                                     zerod.endpoint(),
+                                     "--job",
+                                     absl::StrCat(reported, value),
+                                     "--",
+                                     TRAIN_MLP_PATH};
+    args.insert(args.end(), train.begin(), train.end());
+    const ProcessResult r = RunProcess(args);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    if (r.exit_code != 0) return {};
+    runs.push_back(TrainSummary(r.out));
+    EXPECT_EQ(runs.back()[reported], std::string(value) == "1") << variable << "=" << value;
+  }
+  EXPECT_EQ(runs[0]["final_loss"], runs[1]["final_loss"]);
+  EXPECT_EQ(runs[0]["comm_bytes_by_collective"], runs[1]["comm_bytes_by_collective"]);
+  const ProcessResult bad =
+      RunProcess({"/usr/bin/env", absl::StrCat(variable, "=yes"), "ZEROD_RANK=0", TRAIN_MLP_PATH,
+                  "--endpoint", zerod.endpoint(), "--job", reported + "-bad", "--world", "2"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr(absl::StrCat(variable, "='yes' is not 0 (off) or 1 (on)")));
+  return runs;
+}
+
 // Through shared memory (ranks of one host, by default) or over TCP ($ZEROD_GLOO_SHARED_MEMORY=0):
 // at 2 ranks every sum has two terms, so the same bits either way, and the same bytes counted.
 TEST(Train, SharedMemoryOrTcpGiveTheSameRun) {
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
-  std::vector<json> runs;
-  for (const char* shm : {"1", "0"}) {
-    const ProcessResult r = RunProcess(
-        {"/usr/bin/env", absl::StrCat("ZEROD_GLOO_SHARED_MEMORY=", shm), ZERORUN_PATH, "-n", "2",
-         "--endpoint", zerod.endpoint(), "--job", absl::StrCat("shm", shm), "--", TRAIN_MLP_PATH,
-         "--stage", "2", "--dtype", "bf16", "--steps", "3", "--hidden", "256"});
-    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-    runs.push_back(TrainSummary(r.out));
-    EXPECT_EQ(runs.back()["shared_memory"], std::string(shm) == "1");
-    // 256 x 256 layers: their gradients and gathers are over the threshold at 2 ranks (64 KiB).
-    EXPECT_EQ(runs.back()["shared_memory_pieces"].get<int64_t>() > 0, std::string(shm) == "1");
-  }
-  EXPECT_EQ(runs[0]["final_loss"], runs[1]["final_loss"]);
-  EXPECT_EQ(runs[0]["comm_bytes_by_collective"], runs[1]["comm_bytes_by_collective"]);
-  const ProcessResult bad =
-      RunProcess({"/usr/bin/env", "ZEROD_GLOO_SHARED_MEMORY=yes", "ZEROD_RANK=0", TRAIN_MLP_PATH,
-                  "--endpoint", zerod.endpoint(), "--job", "shm-bad", "--world", "2"});
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_THAT(bad.err, HasSubstr("ZEROD_GLOO_SHARED_MEMORY='yes' is not 0 (off) or 1 (on)"));
+  const std::vector<json> runs = SameRunWithSwitchOnOrOff(
+      zerod, "ZEROD_GLOO_SHARED_MEMORY", "shared_memory",
+      {"--stage", "2", "--dtype", "bf16", "--steps", "3", "--hidden", "256"});
+  ASSERT_EQ(runs.size(), 2u);
+  // 256 x 256 layers: their gradients and gathers are over the threshold at 2 ranks (64 KiB).
+  EXPECT_GT(runs[0]["shared_memory_pieces"].get<int64_t>(), 0);
+  EXPECT_EQ(runs[1]["shared_memory_pieces"].get<int64_t>(), 0);
+}
+
+// Collectives the engine starts run on the collective thread at once
+// ($ZEROD_GLOO_BACKGROUND_START=1) or when the trainer waits for them (=0): the same collectives in
+// the same order, so the same run. Stage 3, where prefetches and reduce-scatters are started.
+TEST(Train, BackgroundStartOrNotGivesTheSameRun) {
+  ZerodHarness zerod;
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  EXPECT_EQ(SameRunWithSwitchOnOrOff(zerod, "ZEROD_GLOO_BACKGROUND_START", "background_start",
+                                     {"--stage", "3", "--dtype", "bf16", "--steps", "3"})
+                .size(),
+            2u);
 }
 
 // With every layer's unit live at once, backward finds the units forward gathered: fewer bytes

@@ -23,8 +23,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/comm/gloo/element_sum.h"
+#include "runtime/comm/gloo/host_ranks.h"
 #include "runtime/comm/gloo/store_adapter.h"
 #include "runtime/common/status_macros.h"
+#include "runtime/common/usable_cpus.h"
 
 namespace zerod::comm {
 
@@ -83,7 +85,7 @@ class GlooWork final : public Work {
     return owner_->RunOrWait(op_, timeout);
   }
   void Start() override {
-    if (!op_->done()) owner_->StartInBackground(op_);
+    if (!op_->done() && owner_->StartsInBackground()) owner_->StartInBackground(op_);
   }
   // The other ranks cannot skip a collective that this one gives up on, so the communicator is
   // aborted with it. A finished op needs nothing (and its communicator may be gone by then: the
@@ -175,8 +177,18 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
           absl::StrCat("gloo: rank ", rank, " of ", world_size,
                        " could not set up shared memory: ", shm.status().message()));
     }
-    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
-        std::move(context), std::move(mesh), std::move(*shm), rank, world_size, options));
+    // Every rank counts, whatever its options say: the count is a rendezvous.
+    auto on_host = internal::RanksSharingHost(*store, "zerod_hosts/", rank, world_size,
+                                              options.hostname, options.timeout);
+    if (!on_host.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("gloo: rank ", rank, " of ", world_size,
+                       " could not connect: ", on_host.status().message()));
+    }
+    const bool background_start = options.background_start.value_or(UsableCpus() > *on_host);
+    return std::unique_ptr<GlooCommunicator>(
+        new GlooCommunicator(std::move(context), std::move(mesh), std::move(*shm), background_start,
+                             rank, world_size, options));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("gloo: rank ", rank, " of ", world_size, " could not connect: ", e.what()));
@@ -185,8 +197,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
                                    std::unique_ptr<internal::LeadMesh> mesh,
-                                   std::unique_ptr<internal::SharedMemoryMesh> shm, int64_t rank,
-                                   int64_t world_size, GlooOptions options)
+                                   std::unique_ptr<internal::SharedMemoryMesh> shm,
+                                   bool background_start, int64_t rank, int64_t world_size,
+                                   GlooOptions options)
     : context_(std::move(context)),
       rank_(rank),
       world_size_(world_size),
@@ -194,6 +207,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
       leads_(std::move(mesh), rank, world_size, LeadOptionsOf(options_, world_size),
              Millis(options_.timeout), /*shared_memory=*/shm != nullptr),
       shm_(std::move(shm)),
+      background_start_(background_start),
       unclaimed_grace_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           absl::ToChronoNanoseconds(options_.unclaimed_grace))),
       caller_spin_(options_.caller_spin.has_value()

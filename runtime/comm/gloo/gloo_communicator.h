@@ -80,6 +80,17 @@ struct GlooOptions {
   // to 1 s. Unset: 50 us (see caller_spin_). The collective thread, and collectives whose data
   // goes through Gloo, never spin.
   std::optional<absl::Duration> caller_spin;
+  // Whether Work::Start has the collective thread run a collective at once, beside the caller's
+  // work, rather than leaving it to the caller's Wait (and to unclaimed_grace). That thread
+  // overlaps anything only on a CPU the trainers leave free; where they leave none it takes one
+  // from a trainer, and the hand-offs between threads cost more than the overlap gives: on the
+  // 2-core VM the demo's stage-3 step (4 ranks, 38K parameters) took 3.7-3.8 ms with it and
+  // 2.7-2.8 ms without (2.5-2.7 ms at stage 0), and at 2 ranks 3.4-3.7 against 2.2 ms; the 2-rank
+  // step of 1.07M parameters, whose layers compute for milliseconds, read the same either way
+  // (docs/ARCHITECTURE.md, "A collective thread runs only on a CPU the trainers leave free").
+  // Unset: on where this thread may use more CPUs (UsableCpus: its affinity, a cgroup quota) than
+  // this communicator has ranks on its host (ranks with the same `hostname`).
+  std::optional<bool> background_start;
   // Ranks that all run on one host move the data of all-reduces, reduce-scatters, all-gathers and
   // broadcasts whose buffers hold at least shared_memory_min_bytes (a rank's buffers together)
   // through shared memory (shared_memory_mesh.h) after their leads; smaller ones stay inline or on
@@ -123,6 +134,9 @@ class GlooCommunicator final : public Communicator {
   // (GlooOptions::caller_spin) and that slept (LeadMesh::Waits). Any thread; for tests and
   // collective_bench.
   internal::LeadMesh::Waits LeadWaits() const { return leads_.waits(); }
+  // Whether Work::Start runs a collective on the collective thread at once
+  // (GlooOptions::background_start, or what Create chose for it).
+  bool StartsInBackground() const { return background_start_; }
   // Whether every rank mapped every other's shared memory at Create (GlooOptions::shared_memory).
   bool UsesSharedMemory() const { return shm_ != nullptr; }
   // Pieces of collectives this rank has moved through shared memory so far (0 without it). Any
@@ -167,8 +181,8 @@ class GlooCommunicator final : public Communicator {
 
  private:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, std::unique_ptr<internal::LeadMesh> mesh,
-                   std::unique_ptr<internal::SharedMemoryMesh> shm, int64_t rank,
-                   int64_t world_size, GlooOptions options);
+                   std::unique_ptr<internal::SharedMemoryMesh> shm, bool background_start,
+                   int64_t rank, int64_t world_size, GlooOptions options);
   // Whether a collective over buffers of `bytes` (this rank's together) goes through shared memory.
   bool ViaSharedMemory(int64_t bytes) const {
     return shm_ != nullptr && bytes >= SharedMemoryMinBytes(options_, world_size_);
@@ -261,6 +275,7 @@ class GlooCommunicator final : public Communicator {
   internal::LeadExchange leads_;  // by the thread running a collective (executing_)
   // Null unless every rank shares memory with every other; used as leads_ is.
   const std::unique_ptr<internal::SharedMemoryMesh> shm_;
+  const bool background_start_;
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Op>> queue_ ABSL_GUARDED_BY(mu_);

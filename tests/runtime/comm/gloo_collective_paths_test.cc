@@ -1143,11 +1143,12 @@ TEST(GlooCollectivePaths, ACollectiveNobodyWaitsForYetStillRuns) {
 }
 
 // A collective started (Work::Start, as the engine starts its prefetches) runs on the collective
-// thread at once, though nobody waits for it and its grace is an hour: each rank sees its bytes
-// counted before it waits.
+// thread at once where background_start is on, though nobody waits for it and its grace is an
+// hour: each rank sees its bytes counted before it waits. (Off: gloo_background_start_test.cc.)
 TEST(GlooCollectivePaths, AStartedCollectiveRunsBeforeAnyoneWaits) {
   GlooOptions options;
   options.unclaimed_grace = absl::Hours(1);
+  options.background_start = true;
   for (const int64_t n : {int64_t{8}, kTwoRankRingAllReduceFloats}) {
     SCOPED_TRACE(testing::Message() << n << " floats");
     OnRanks(

@@ -3,8 +3,6 @@
 
 #include "runtime/comm/gloo/gloo_communicator.h"
 
-#include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 
 #include <functional>
@@ -19,6 +17,7 @@
 #include "runtime/common/half.h"
 #include "runtime/common/mutex.h"
 #include "tests/runtime/comm/gloo_ranks.h"
+#include "tests/runtime/common/pinned_to_one_cpu.h"
 
 namespace zerod::comm {
 namespace {
@@ -248,17 +247,7 @@ TEST(GlooCommunicator, ACallerSpinsOnlyOnCollectivesThatTravelOnTheLeads) {
 // every wait spins first, none sleeps without having spun. Yielding is what lets the peer run
 // there; only collective_bench shows its effect (the time), no test.
 TEST(GlooCommunicator, ByDefaultACallerSpinsThoughRanksShareACpu) {
-  cpu_set_t was;
-  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(was), &was), 0);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &was)) {
-      CPU_SET(cpu, &one);
-      break;
-    }
-  }
-  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+  PinnedToOneCpu pinned;
   GlooOptions options;
   options.unclaimed_grace = absl::Hours(1);  // the callers run every collective (see above)
   OnRanks(
@@ -275,7 +264,6 @@ TEST(GlooCommunicator, ByDefaultACallerSpinsThoughRanksShareACpu) {
         EXPECT_LE(waits.slept, waits.spun) << "a wait slept without spinning first";
       },
       absl::Seconds(30), -1, options);
-  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(was), &was), 0);
 }
 
 // Gloo writes with writev: without this a write to a peer that closed its end kills the process.

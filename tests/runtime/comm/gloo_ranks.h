@@ -45,14 +45,16 @@ inline void OnRanks(int64_t world, const std::function<void(int64_t, Communicato
   for (auto& t : threads) t.join();
 }
 
-// Each of `world` ranks, created with the options `configure` sets for it (timeout 20 s), runs an
-// all-reduce of `count` floats; returns each rank's outcome (for ranks given options that differ).
-inline std::vector<absl::Status> AllReduceWithOptionsPerRank(
-    int64_t world, int64_t count, const std::function<void(int64_t, GlooOptions&)>& configure) {
+// Creates `world` ranks, each with the options `configure` sets for it (timeout 20 s), and runs
+// body(rank, communicator) on each once every rank is created (none is destroyed while a peer
+// still connects). Threads inherit their creator's CPU mask.
+inline void OnRanksConfigured(int64_t world,
+                              const std::function<void(int64_t, GlooOptions&)>& configure,
+                              const std::function<void(int64_t, GlooCommunicator&)>& body) {
   static int group = 0;
   auto store = std::make_shared<PrefixStore>("options" + std::to_string(group++),
                                              std::make_shared<InMemoryStore>());
-  std::vector<absl::Status> status(static_cast<size_t>(world));
+  std::latch created(world);
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
@@ -60,13 +62,24 @@ inline std::vector<absl::Status> AllReduceWithOptionsPerRank(
       options.timeout = absl::Seconds(20);
       configure(r, options);
       auto comm = GlooCommunicator::Create(store, r, world, options);
+      created.arrive_and_wait();
       ASSERT_TRUE(comm.ok()) << comm.status();
-      std::vector<float> data(static_cast<size_t>(count), 1.0f);
-      status[static_cast<size_t>(r)] =
-          (*comm)->AllReduce(data.data(), count, DType::kFloat32)->Wait(absl::Seconds(20));
+      body(r, **comm);
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// Each of `world` ranks, created with the options `configure` sets for it, runs an all-reduce of
+// `count` floats; returns each rank's outcome (for ranks given options that differ).
+inline std::vector<absl::Status> AllReduceWithOptionsPerRank(
+    int64_t world, int64_t count, const std::function<void(int64_t, GlooOptions&)>& configure) {
+  std::vector<absl::Status> status(static_cast<size_t>(world));
+  OnRanksConfigured(world, configure, [&](int64_t r, GlooCommunicator& comm) {
+    std::vector<float> data(static_cast<size_t>(count), 1.0f);
+    status[static_cast<size_t>(r)] =
+        comm.AllReduce(data.data(), count, DType::kFloat32)->Wait(absl::Seconds(20));
+  });
   return status;
 }
 

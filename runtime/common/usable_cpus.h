@@ -1,0 +1,23 @@
+#ifndef ZEROD_RUNTIME_COMMON_USABLE_CPUS_H_
+#define ZEROD_RUNTIME_COMMON_USABLE_CPUS_H_
+
+// How many CPUs the calling thread may run on at once: the CPUs of its affinity mask (taskset,
+// a cpuset), fewer where a cgroup v2 CPU quota (cpu.max, a container's CPU limit) on its cgroup
+// or an ancestor allows less time per period. At least 1.
+
+#include <cstdint>
+#include <string>
+
+namespace zerod {
+
+int64_t UsableCpus();
+
+namespace internal {
+// The quota of one cpu.max file's text ("max 100000", "150000 100000") in CPUs, rounded up; 0 for
+// none or for text that is not a quota.
+int64_t CpusOfQuota(const std::string& cpu_max);
+}  // namespace internal
+
+}  // namespace zerod
+
+#endif  // ZEROD_RUNTIME_COMMON_USABLE_CPUS_H_
