@@ -36,10 +36,11 @@ class Work {
   // collective's own failure (UNAVAILABLE, naming it), which is also what a collective that ran
   // past the communicator's timeout gives when the waiting thread ran it itself (Gloo).
   [[nodiscard]] virtual absl::Status Wait(absl::Duration timeout) = 0;
-  // Has the collective start in the background now: for one issued to overlap other work and
-  // waited for later. Without it a backend may leave it to the first Wait (the Gloo communicator
-  // runs it on the waiting thread, and in the background only after a grace period); NCCL's start
-  // at once anyway.
+  // Asks for the collective to start in the background now: for one issued to overlap other work
+  // and waited for later. Without it a backend may leave it to the first Wait (the Gloo
+  // communicator runs it on the waiting thread, and in the background only after a grace period);
+  // NCCL's start at once anyway. A backend may decline where running in the background would cost
+  // more than it overlaps (Gloo: GlooOptions::background_start).
   virtual void Start() {}
   // Gives up on this collective. The other ranks cannot skip it, so unless it has completed the
   // communicator is aborted with `why` (see Communicator::Abort).

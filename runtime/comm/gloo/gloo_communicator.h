@@ -64,9 +64,11 @@ struct GlooOptions {
   // message"); 0 turns it off.
   int64_t split_all_reduce_max_bytes = std::numeric_limits<int64_t>::max();
   // A collective that nobody started (Work::Start) or waited for runs on the collective thread
-  // once it has been queued this long: a safety net, as the engine starts what it issues to
-  // overlap with its work, and a caller that waits at once runs its collective itself
-  // (GlooCommunicator::RunOrWait) without the collective thread waking at all. Queueing sets that
+  // once it has been queued this long: a safety net where the engine starts what it issues to
+  // overlap with its work, and what moves a started collective where background_start is off and
+  // nobody waits for it yet (a layer that computes for longer than this still overlaps it). A
+  // caller that waits at once runs its collective itself (GlooCommunicator::RunOrWait) without the
+  // collective thread waking at all. Queueing sets that
   // thread's timer to the due time and the caller that empties the queue stops it. Waking the
   // thread at every queueing instead (to set a 200 us timeout of its own), or setting the timer
   // that close, cost 4 KiB and 64 KiB collectives at 3-4 ranks, where the processes share 2
@@ -84,8 +86,8 @@ struct GlooOptions {
   // work, rather than leaving it to the caller's Wait (and to unclaimed_grace). That thread
   // overlaps anything only on a CPU the trainers leave free; where they leave none it takes one
   // from a trainer, and the hand-offs between threads cost more than the overlap gives: on the
-  // 2-core VM the demo's stage-3 step (4 ranks, 38K parameters) took 3.7-3.8 ms with it and
-  // 2.7-2.8 ms without (2.5-2.7 ms at stage 0), and at 2 ranks 3.4-3.7 against 2.2 ms; the 2-rank
+  // 2-core VM the demo's stage-3 step (4 ranks, 38K parameters) took 3.5-3.8 ms with it and
+  // 2.5-2.8 ms without (2.4-2.7 ms at stage 0), and at 2 ranks 3.4-3.7 against 2.2 ms; the 2-rank
   // step of 1.07M parameters, whose layers compute for milliseconds, read the same either way
   // (docs/ARCHITECTURE.md, "A collective thread runs only on a CPU the trainers leave free").
   // Unset: on where this thread may use more CPUs (UsableCpus: its affinity, a cgroup quota) than

@@ -1,5 +1,7 @@
 #include "runtime/comm/gloo/host_ranks.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace zerod::comm::internal {
@@ -13,8 +15,8 @@ absl::StatusOr<int64_t> RanksSharingHost(Store& store, const std::string& key_pr
   int64_t sharing = 1;
   for (int64_t peer = 0; peer < world; ++peer) {
     if (peer == rank) continue;
-    absl::StatusOr<std::string> theirs =
-        store.Get(absl::StrCat(key_prefix, peer), deadline - absl::Now());
+    absl::StatusOr<std::string> theirs = store.Get(
+        absl::StrCat(key_prefix, peer), std::max(deadline - absl::Now(), absl::ZeroDuration()));
     if (!theirs.ok()) {
       return absl::Status(
           theirs.status().code(),
