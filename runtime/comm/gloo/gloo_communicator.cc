@@ -178,8 +178,8 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
                        " could not set up shared memory: ", shm.status().message()));
     }
     // Every rank counts, whatever its options say: the count is a rendezvous.
-    auto on_host = internal::RanksSharingHost(*store, "zerod_hosts/", rank, world_size,
-                                              options.hostname, options.timeout);
+    auto on_host = internal::RanksSharingHost(*store, "zerod_hosts/", world_size, options.hostname,
+                                              options.timeout);
     if (!on_host.ok()) {
       return absl::UnavailableError(
           absl::StrCat("gloo: rank ", rank, " of ", world_size,

@@ -3,7 +3,10 @@
 
 // How many ranks of a communicator run on this rank's host, from the addresses their peers reach
 // them at (GlooOptions::hostname): ranks that gave the same one share a host. A rendezvous
-// through the store (every rank calls it): each rank sets `<prefix><rank>` and reads every other.
+// through the store that every rank calls, a handful of calls each whatever the world size: each
+// adds 1 to its address's counter (`<prefix>host/<XXH3 of the address>`), then to
+// `<prefix>arrived`; the rank that brings `arrived` to the world size sets `<prefix>counted`, and
+// every rank then reads its address's counter.
 
 #include <cstdint>
 #include <string>
@@ -14,9 +17,8 @@
 
 namespace zerod::comm::internal {
 
-absl::StatusOr<int64_t> RanksSharingHost(Store& store, const std::string& key_prefix, int64_t rank,
-                                         int64_t world, const std::string& hostname,
-                                         absl::Duration timeout);
+absl::StatusOr<int64_t> RanksSharingHost(Store& store, const std::string& key_prefix, int64_t world,
+                                         const std::string& hostname, absl::Duration timeout);
 
 }  // namespace zerod::comm::internal
 

@@ -22,7 +22,7 @@ std::vector<int64_t> CountOnRanks(const std::vector<std::string>& hostnames) {
   for (int64_t r = 0; r < world; ++r) {
     ranks.emplace_back([&, r] {
       absl::StatusOr<int64_t> n = RanksSharingHost(
-          store, "hosts/", r, world, hostnames[static_cast<size_t>(r)], absl::Seconds(20));
+          store, "hosts/", world, hostnames[static_cast<size_t>(r)], absl::Seconds(20));
       ASSERT_TRUE(n.ok()) << n.status();
       counts[static_cast<size_t>(r)] = *n;
     });
@@ -40,17 +40,24 @@ TEST(RanksSharingHost, CountsTheRanksThatGaveTheSameAddress) {
 
 TEST(RanksSharingHost, OneRankNeedsNoStore) {
   InMemoryStore store;
-  absl::StatusOr<int64_t> n = RanksSharingHost(store, "hosts/", 0, 1, "x", absl::ZeroDuration());
+  absl::StatusOr<int64_t> n = RanksSharingHost(store, "hosts/", 1, "x", absl::ZeroDuration());
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(*n, 1);
 }
 
-TEST(RanksSharingHost, ARankThatNeverComesIsNamedAfterTheTimeout) {
+TEST(RanksSharingHost, RanksThatNeverComeAreCountedAfterTheTimeout) {
   InMemoryStore store;
-  absl::StatusOr<int64_t> n = RanksSharingHost(store, "hosts/", 0, 3, "x", absl::Milliseconds(200));
+  absl::StatusOr<int64_t> n = RanksSharingHost(store, "hosts/", 3, "x", absl::Milliseconds(200));
   ASSERT_FALSE(n.ok());
   EXPECT_EQ(n.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(n.status().message(), HasSubstr("rank 1 gave no address"));
+  EXPECT_THAT(n.status().message(), HasSubstr("1 of 3 ranks gave the address"));
+}
+
+// Addresses of any length and characters make keys of their own, short and the same on every rank.
+TEST(RanksSharingHost, AnAddressOfAnyCharactersKeysItsOwnCounter) {
+  const std::string odd(300, '/');
+  EXPECT_THAT(CountOnRanks({odd, "fe80::1%eth0", odd, "fe80::1%eth0", odd}),
+              ElementsAre(3, 2, 3, 2, 3));
 }
 
 }  // namespace
