@@ -2,7 +2,6 @@
 
 #include <xxhash.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/common/status_macros.h"
 
