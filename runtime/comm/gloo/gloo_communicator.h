@@ -71,10 +71,10 @@ struct GlooOptions {
   // collective thread waking at all. Queueing sets that thread's timer to the due time and the
   // caller that empties the queue stops it. Waking the thread at every queueing instead (to set a
   // 200 us timeout of its own), or setting the timer that close, cost 4 KiB and 64 KiB
-  // collectives at 3-4 ranks, where the processes share 2 cores, 1.2-2.0x their time (collective_bench, three alternating runs): on the development VM
-  // a timer due before the kernel's next tick costs 6 us to set and stop, against 0.9 us at 2 ms
-  // (build/bin/wakeup_bench, three runs on 2026-12-07: 5.4-5.9 us at 200 us, 0.8-1.0 us at 2 ms,
-  // 0.4 us at 5 ms).
+  // collectives at 3-4 ranks, where the processes share 2 cores, 1.2-2.0x their time
+  // (collective_bench, three alternating runs): on the development VM a timer due before the
+  // kernel's next tick costs 6 us to set and stop, against 0.9 us at 2 ms (build/bin/wakeup_bench,
+  // three runs on 2026-12-07: 5.4-5.9 us at 200 us, 0.8-1.0 us at 2 ms, 0.4 us at 5 ms).
   absl::Duration unclaimed_grace = absl::Milliseconds(5);
   // How long a caller running a collective that travels on the lead connections alone (inline,
   // or an all-to-all barrier) polls them, yielding its CPU between polls, before it sleeps, from 0
