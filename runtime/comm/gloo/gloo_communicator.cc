@@ -185,7 +185,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
           absl::StrCat("gloo: rank ", rank, " of ", world_size,
                        " could not connect: ", on_host.status().message()));
     }
-    const bool background_start = options.background_start.value_or(UsableCpus() > *on_host);
+    // value_or would read the affinity and cgroup files even where the option decides.
+    const bool background_start =
+        options.background_start.has_value() ? *options.background_start : UsableCpus() > *on_host;
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(std::move(context), std::move(mesh), std::move(*shm), background_start,
                              rank, world_size, options));
