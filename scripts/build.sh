@@ -6,7 +6,9 @@
 #                    clang adds -Wthread-safety. A folder keeps the compiler it was made with
 #                    unless this names another.
 #   ZEROD_CUDA       AUTO | ON | OFF (default: AUTO, on when nvcc is found)
-#   ZEROD_FUZZ       ON: the libFuzzer targets in tests/fuzz (clang; scripts/fuzz.sh) (default: OFF)
+#   ZEROD_FUZZ       ON: the libFuzzer targets in tests/fuzz (clang, address,undefined; the same
+#                    folder runs the ASan+UBSan suite) (default: OFF)
+#   ZEROD_BENCH      ON | OFF: the benchmarks in bench/ (default: ON, OFF in sanitizer builds)
 # Extra arguments are Ninja targets (default: everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,12 @@ case "$compiler" in
   *) echo "build: ZEROD_COMPILER must be gcc or clang, not '$compiler'" >&2; exit 2 ;;
 esac
 if [ -n "${CMAKE_BUILD_TYPE:-}" ]; then args+=(-DCMAKE_BUILD_TYPE="$CMAKE_BUILD_TYPE"); fi
+if [ -n "${ZEROD_BENCH:-}" ]; then args+=(-DZEROD_BENCH="$ZEROD_BENCH"); fi
+# ccache keys on paths relative to the checkout, so a clone in another folder (CI's, a worktree)
+# hits what this one compiled; the compiler is recognised by its content, not its mtime.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+export CCACHE_COMPILERCHECK=${CCACHE_COMPILERCHECK:-content}
 # nvcc lives outside the default PATH on CUDA toolkit installs.
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
