@@ -15,15 +15,15 @@ inline constexpr char kAdminTokenMetadata[] = "zerod-admin-token";
 // The daemon's viewer token (DATA_DIR/viewer.token): may use the read-only views over TCP.
 inline constexpr char kViewerTokenMetadata[] = "zerod-viewer-token";
 // Added by a follower zerod to every call it forwards to its cluster's leader
-// (server/cluster/member.h): the cluster's secret, which only members read from etcd, and how the
-// caller reached the follower ("unix": through its socket, whose mode and group admitted it, as
-// if it had come through the leader's own socket; "tcp": credentials decide, as on the leader's
-// port). A follower drops these keys from what its callers send.
-inline constexpr char kClusterSecretMetadata[] = "zerod-cluster-secret";
+// (server/cluster/member.h): how the caller reached the follower ("unix": through its socket,
+// whose mode and group admitted it, as if it had come through the leader's own socket; "tcp":
+// credentials decide, as on the leader's port). The leader believes it only from a TLS peer with a
+// member's certificate (server/auth/cluster_members.h), never for its own sake. A follower drops
+// these keys from what its callers send.
 inline constexpr char kForwardedViaMetadata[] = "zerod-forwarded-via";
 // Also added by a follower: the host its node is reached at (its --advertise or --listen host),
 // which the leader hands a rank that came through the follower's socket (JoinResponse's
-// node_address). Trusted only beside the cluster's secret.
+// node_address). Believed only from a member, as above.
 inline constexpr char kNodeAddressMetadata[] = "zerod-node-address";
 
 }  // namespace zerod::rpc

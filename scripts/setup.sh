@@ -18,6 +18,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev
   # state: SQLite (embedded default) and etcd (clusters)
   libsqlite3-dev sqlite3 etcd-server
+  # etcdctl: etcd's users and roles for zerod (deploy/etcd/auth.sh), and the tests that run it
+  etcd-client
   # collectives on host memory
   libgloo-dev
   # tests and benchmarks

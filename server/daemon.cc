@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/auth/cluster_members.h"
 #include "server/auth/job_tokens.h"
 #include "server/auth/token_digest.h"
 #include "server/checkpoint_records.h"
@@ -25,6 +26,7 @@
 #include "server/metrics/call_metrics.h"
 #include "server/metrics/job_metrics.h"
 #include "server/metrics/text_format.h"
+#include "server/pem_file.h"
 #include "server/state/state_store.h"
 #include "server/status/access_gate.h"
 #include "server/status/history_sampler.h"
@@ -89,6 +91,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   }
   StateStoreOptions state{.store = options.store,
                           .etcd_max_txn_ops = options.etcd_max_txn_ops,
+                          .etcd_tls = options.etcd_tls,
                           .data_dir = options.data_dir,
                           .durability = options.durability,
                           .reset_state = options.reset_state};
@@ -112,8 +115,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
                                        : options.admin_token_file;
     auto admin = auth::LoadOrCreateAdminToken(admin_file);
     if (!admin.ok()) return admin.status();
-    auth::ViewPolicy views{.open = options.open_inspection,
-                           .cluster_secret = options.cluster_secret};
+    auth::ViewPolicy views{.open = options.open_inspection};
+    if (!options.tls.cluster_ca.empty()) {
+      auto ca = ReadPemFile(options.tls.cluster_ca, "--cluster-ca");
+      if (!ca.ok()) return ca.status();
+      auto members = auth::ClusterMembers::FromPem(*ca);
+      if (!members.ok()) return members.status();
+      views.cluster_members = *std::move(members);
+    }
     const std::string viewer_file = options.viewer_token_file.empty()
                                         ? options.data_dir + "/viewer.token"
                                         : options.viewer_token_file;
@@ -195,9 +204,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   if (!options.listen_address.empty()) {
     const std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
     log->info("listening on {}:{} ({})", host, d->tcp_port_,
-              options.tls.enabled()
-                  ? (options.tls.client_ca.empty() ? "TLS" : "TLS, client certificates required")
-                  : "plaintext");
+              !options.tls.enabled()            ? "plaintext"
+              : !options.tls.client_ca.empty()  ? "TLS, client certificates required"
+              : !options.tls.cluster_ca.empty() ? "TLS, cluster members known by their certificates"
+                                                : "TLS");
   }
   d->probe_stub_ =
       std::make_unique<grpc::GenericStub>(d->server_->InProcessChannel(grpc::ChannelArguments()));

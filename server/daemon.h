@@ -23,6 +23,7 @@
 #include "server/job_registry.h"
 #include "server/job_store.h"
 #include "server/state/etcd_claim.h"
+#include "server/state/etcd_security.h"
 #include "server/state/kv_store.h"
 #include "server/state/sqlite_kv_store.h"
 
@@ -62,8 +63,10 @@ struct DaemonOptions {
   // Whether Start takes the data dir's and the socket's locks; false when the caller holds them
   // for longer than this daemon (a cluster member, which changes roles on the same paths).
   bool claim_paths = true;
-  // The cluster's secret (server/cluster/member.h): calls forwarded by a follower carry it.
-  std::string cluster_secret;
+  // How zerod speaks to etcd (--etcd-ca, --etcd-cert, --etcd-key), and whether it may run on an
+  // etcd that lets in anyone who reaches it (--allow-insecure-etcd; server/state/etcd_security.h).
+  EtcdTlsFiles etcd_tls;
+  bool allow_insecure_etcd = false;
   // The host other nodes reach this node's ranks at (--node-address; else --advertise's host, or
   // in a cluster the --listen host): ranks that join through the socket are told it, and their
   // Gloo listens there. Empty: not told (they listen on ZEROD_GLOO_HOST, default 127.0.0.1).
@@ -94,7 +97,7 @@ struct DaemonOptions {
   // Who may connect to the Unix socket at all: its mode, and its group (empty: the daemon's).
   int socket_mode = 0660;
   std::string socket_group;
-  auth::TlsFiles tls;                // for the TCP listener
+  auth::TlsFiles tls;  // for the TCP listener; its cluster_ca names who is a cluster member
   bool allow_plaintext_tcp = false;  // a non-loopback listener without TLS
   // The HTTP listener (/metrics, the status page): --http-listen, empty = none. Port 0 picks one.
   std::string http_listen;

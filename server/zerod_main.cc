@@ -62,6 +62,17 @@ int main(int argc, char** argv) {
                  "etcd's own --max-txn-ops: zerod groups up to 3/4 of it in ops in one "
                  "transaction (raise both for large jobs: README \"zerod on etcd\")")
       ->capture_default_str();
+  // How zerod speaks to etcd (docs/operators.md "zerod on etcd").
+  app.add_option("--etcd-ca", options.etcd_tls.ca,
+                 "CA of etcd's member certificates: zerod speaks TLS to etcd when given it");
+  app.add_option("--etcd-cert", options.etcd_tls.cert,
+                 "zerod's client certificate for etcd (its CN is zerod's etcd user, with "
+                 "etcd's --client-cert-auth)");
+  app.add_option("--etcd-key", options.etcd_tls.key,
+                 "Private key of --etcd-cert (zerod's alone: mode 0600 or stricter)");
+  app.add_flag("--allow-insecure-etcd", options.allow_insecure_etcd,
+               "Run on an etcd that lets in anyone who can reach it (no client certificate, no "
+               "user): whoever can would read and rewrite the cluster's state (a test rig only)");
   zerod::server::cluster::ClusterOptions cluster_options;
   app.add_option("--node", cluster_options.node,
                  "This node's name in an etcd cluster (default: the host name)");
@@ -151,6 +162,9 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", options.tls.key, "PEM private key of the TCP listener");
   app.add_option("--tls-client-ca", options.tls.client_ca,
                  "Require TCP clients to present a certificate signed by this CA");
+  app.add_option("--cluster-ca", options.tls.cluster_ca,
+                 "CA of an etcd cluster's member certificates (their --tls-cert): members speak "
+                 "mutual TLS to one another, and a forwarded call is believed only from one");
   app.add_flag("--allow-plaintext-tcp", options.allow_plaintext_tcp,
                "Listen on a non-loopback address without TLS (a trusted network only)");
   app.add_flag("--no-auth", no_auth,
@@ -194,6 +208,12 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = zerod::server::CheckStoreFlag(options.store); !s.ok()) {
     return UsageError(std::string(s.message()));
+  }
+  if (options.store == "sqlite" && (!options.etcd_tls.empty() || !options.tls.cluster_ca.empty() ||
+                                    options.allow_insecure_etcd)) {
+    return UsageError(
+        "--etcd-ca, --etcd-cert, --etcd-key, --allow-insecure-etcd and --cluster-ca are for a "
+        "zerod on etcd (--store etcd://...)");
   }
   if (sync == "full") {
     options.durability = Durability::kFull;

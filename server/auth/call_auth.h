@@ -21,20 +21,21 @@ absl::Status Authorize(const JobTokens* tokens, const grpc::CallbackServerContex
                        const std::string& job_id, absl::string_view action);
 
 // For a read-only view of `job_id` (empty: every job): OK when `tokens` is null, when the call
-// came through the Unix socket (its mode and group decided who may connect), or when
-// JobTokens::CheckView allows the call's credentials.
+// came through the Unix socket (its mode and group decided who may connect) or a cluster member's
+// (a TLS peer with a member's certificate says so), or when JobTokens::CheckView allows the call's
+// credentials.
 absl::Status AuthorizeView(const JobTokens* tokens, const grpc::CallbackServerContext& context,
                            const std::string& job_id);
 
 // For a call only the members of this daemon's cluster may make (Coordinator.NodeHeartbeat): OK
-// when `tokens` is null (authentication off) or the call carries the cluster's secret;
-// PERMISSION_DENIED otherwise.
+// when `tokens` is null (authentication off) or the call's TLS peer presented a member's
+// certificate (auth/cluster_members.h); PERMISSION_DENIED otherwise.
 absl::Status AuthorizeClusterMember(const JobTokens* tokens,
                                     const grpc::CallbackServerContext& context);
 
 // The address the caller's node is reached at, when this daemon can know it: `own_node_address`
-// for a caller of this daemon's Unix socket (it runs on this node), the one a follower relayed
-// (beside the cluster's secret) for a caller of that follower's socket; empty for a TCP caller,
+// for a caller of this daemon's Unix socket (it runs on this node), the one a member relayed (a TLS
+// peer with a member's certificate) for a caller of that member's socket; empty for a TCP caller,
 // which may run anywhere.
 std::string CallerNodeAddress(const JobTokens* tokens, const grpc::CallbackServerContext& context,
                               const std::string& own_node_address);

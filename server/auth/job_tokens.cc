@@ -26,11 +26,10 @@ JobTokens::JobTokens(KvStore* kv, std::function<bool(const std::string&)> exists
       admin_digest_(admin_token.empty() ? "" : TokenDigest(admin_token)),
       viewer_digest_(views.viewer_token.empty() ? "" : TokenDigest(views.viewer_token)),
       open_views_(views.open),
-      cluster_digest_(views.cluster_secret.empty() ? "" : TokenDigest(views.cluster_secret)) {}
+      cluster_members_(views.cluster_members) {}
 
-bool JobTokens::IsClusterSecret(absl::string_view secret) const {
-  return !cluster_digest_.empty() && !secret.empty() &&
-         SameDigest(TokenDigest(secret), cluster_digest_);
+bool JobTokens::IsClusterMember(absl::string_view leaf_pem, absl::string_view chain_pem) const {
+  return cluster_members_ != nullptr && cluster_members_->IsMember(leaf_pem, chain_pem);
 }
 
 JobPresence JobTokens::PresenceOf(const std::string& job_id) const {

@@ -19,12 +19,14 @@
 // Thread-safe. Admit's `done` runs at once or on the KvStore's writer thread.
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "runtime/common/mutex.h"
+#include "server/auth/cluster_members.h"
 #include "server/state/kv_store.h"
 
 namespace zerod::server::auth {
@@ -40,9 +42,10 @@ struct Credentials {
 struct ViewPolicy {
   std::string viewer_token;  // empty: there is no viewer token
   bool open = false;         // --open-inspection: anyone who can connect
-  // A cluster's secret (--store etcd): a call a follower forwarded carrying it, whose caller came
-  // through the follower's Unix socket, is taken as a caller on this daemon's socket.
-  std::string cluster_secret;
+  // A cluster's members (--store etcd, cluster_members.h): a call a member forwarded, whose caller
+  // came through the member's Unix socket, is taken as a caller on this daemon's socket. Null: not
+  // in a cluster, or members are not authenticated.
+  std::shared_ptr<const ClusterMembers> cluster_members;
 };
 
 // Where a job is in its life, as far as claiming it is concerned.
@@ -77,8 +80,9 @@ class JobTokens {
   bool IsViewerOrAdmin(absl::string_view token) const;
   // --open-inspection: the read-only views, gRPC and HTTP, need no token.
   bool inspection_open() const { return open_views_; }
-  // Whether `secret` is the cluster's secret (ViewPolicy::cluster_secret; constant time).
-  bool IsClusterSecret(absl::string_view secret) const;
+  // Whether the TLS peer certificate `leaf_pem` (with the intermediates it sent) is a member's of
+  // this daemon's cluster (ViewPolicy::cluster_members); false when there is none.
+  bool IsClusterMember(absl::string_view leaf_pem, absl::string_view chain_pem) const;
 
   // For a join: Check, except that a job nobody owns (absent, or ended without an owner) becomes
   // the presented job token's, durably, before `done(OK)`.
@@ -104,7 +108,7 @@ class JobTokens {
   const std::string admin_digest_;   // empty: no admin
   const std::string viewer_digest_;  // empty: no viewer token
   const bool open_views_;
-  const std::string cluster_digest_;  // empty: not in a cluster
+  const std::shared_ptr<const ClusterMembers> cluster_members_;  // null: not in a cluster
 
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::string> digests_ ABSL_GUARDED_BY(mu_);

@@ -5,7 +5,12 @@
 // must encrypt: a TCP address other than loopback needs TLS unless the operator says explicitly
 // that the network is trusted (--allow-plaintext-tcp). The Unix socket is local and stays plain;
 // who may connect to it is its file mode and group.
+//
+// In an etcd cluster the members speak mutual TLS to one another (cluster_members.h): each one's
+// --tls-cert is signed by the cluster's CA (--cluster-ca), serves its listener and authenticates
+// it to its leader.
 
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 
 #include <memory>
@@ -19,7 +24,12 @@ struct TlsFiles {
   std::string cert;       // PEM certificate chain of the daemon
   std::string key;        // its PEM private key
   std::string client_ca;  // optional: require client certificates signed by this CA
-  bool enabled() const { return !cert.empty() || !key.empty() || !client_ca.empty(); }
+  // An etcd cluster's CA, which signs its members' certificates (`cert`) and nobody else's: the
+  // listener asks for client certificates and verifies them against it (and client_ca).
+  std::string cluster_ca;
+  bool enabled() const {
+    return !cert.empty() || !key.empty() || !client_ca.empty() || !cluster_ca.empty();
+  }
 };
 
 // Whether `listen` (HOST:PORT) is a loopback address: 127.0.0.0/8, [::1] or localhost.
@@ -29,8 +39,16 @@ bool IsLoopback(const std::string& listen);
 // loopback without `allow_plaintext`, or TLS is half configured.
 absl::Status CheckTcpSecurity(const std::string& listen, const TlsFiles& tls, bool allow_plaintext);
 
-// TLS credentials from the files, or insecure ones when TLS is off.
+// TLS credentials from the files, or insecure ones when TLS is off. INVALID_ARGUMENT naming the
+// flag when a file cannot be read, or when --cluster-ca and --tls-client-ca share a certificate
+// (every client with a certificate could then pass for a member).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const TlsFiles& tls);
+
+// What a cluster member presents to its leader: its certificate and key, trusting a leader whose
+// certificate chains to cluster_ca. The leader's host name is not checked: the cluster's CA signs
+// members only, and every member may lead, so the chain says all a name would (and one DaemonSet
+// certificate serves every node).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MemberCredentials(const TlsFiles& tls);
 
 }  // namespace zerod::server::auth
 

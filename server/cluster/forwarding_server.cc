@@ -45,10 +45,7 @@ bool IsTransportKey(absl::string_view key) {
 // values for them are dropped, so no caller can pass for a cluster member.
 bool IsMemberKey(absl::string_view key,
                  const std::vector<std::pair<std::string, std::string>>& added_metadata) {
-  if (key == rpc::kClusterSecretMetadata || key == rpc::kForwardedViaMetadata ||
-      key == rpc::kNodeAddressMetadata) {
-    return true;
-  }
+  if (key == rpc::kForwardedViaMetadata || key == rpc::kNodeAddressMetadata) return true;
   for (const auto& added : added_metadata) {
     if (added.first == key) return true;
   }

@@ -63,12 +63,9 @@ class HeartbeatRelay::Service final : public RelayedCoordinator {
 };
 
 HeartbeatRelay::HeartbeatRelay(std::shared_ptr<grpc::Channel> leader, std::string leader_name,
-                               std::string node,
-                               std::vector<std::pair<std::string, std::string>> metadata,
-                               absl::Duration interval)
+                               std::string node, absl::Duration interval)
     : leader_name_(std::move(leader_name)),
       node_(std::move(node)),
-      metadata_(std::move(metadata)),
       interval_(interval),
       stub_(v1::Coordinator::NewStub(std::move(leader))) {
   flusher_ = std::thread([this] { FlushLoop(); });
@@ -190,7 +187,6 @@ void HeartbeatRelay::SendChunk(const std::vector<std::pair<const Key*, Waiting*>
   }
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + std::max(4 * interval_, absl::Seconds(2))));
-  for (const auto& [key, value] : metadata_) context.AddMetadata(key, value);
   v1::NodeHeartbeatResponse response;
   grpc::Status status = stub_->NodeHeartbeat(&context, request, &response);
   if (status.ok() && response.results_size() != request.entries_size()) {

@@ -36,9 +36,9 @@ namespace zerod::server::cluster {
 
 class HeartbeatRelay {
  public:
-  // `metadata` goes with every call to the leader (the cluster's secret).
+  // `leader`: a channel that presents this member's certificate (the leader takes NodeHeartbeat
+  // from its cluster's members only, server/auth/cluster_members.h).
   HeartbeatRelay(std::shared_ptr<grpc::Channel> leader, std::string leader_name, std::string node,
-                 std::vector<std::pair<std::string, std::string>> metadata,
                  absl::Duration interval);
   ~HeartbeatRelay();
   HeartbeatRelay(const HeartbeatRelay&) = delete;
@@ -88,7 +88,6 @@ class HeartbeatRelay {
 
   const std::string leader_name_;
   const std::string node_;
-  const std::vector<std::pair<std::string, std::string>> metadata_;
   const absl::Duration interval_;
   const std::unique_ptr<v1::Coordinator::Stub> stub_;
 

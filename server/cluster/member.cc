@@ -10,12 +10,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "proto/auth_metadata.h"
 #include "server/auth/transport_security.h"
-#include "server/cluster/cluster_secret.h"
 #include "server/logging.h"
+#include "server/pem_file.h"
+#include "server/state/etcd_security.h"
+#include "server/state/state_store.h"
 
 namespace zerod::server::cluster {
 namespace {
@@ -67,10 +70,61 @@ bool Transient(const absl::Status& s) {
 }
 
 // The relay's channel to the leader, taking answers as large as the daemon's messages.
-std::shared_ptr<grpc::Channel> LeaderChannel(const std::string& endpoint) {
+std::shared_ptr<grpc::Channel> LeaderChannel(
+    const std::string& endpoint, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(endpoint, credentials, args);
+}
+
+// The members of a cluster prove to one another who they are with certificates of the cluster's
+// CA (server/auth/cluster_members.h); INVALID_ARGUMENT naming the flag when they could not. Only
+// with --no-auth, where no caller is authenticated anyway, may they speak plaintext.
+absl::Status CheckMemberTls(const DaemonOptions& options) {
+  const auth::TlsFiles& tls = options.tls;
+  if (options.authenticate && (tls.cert.empty() || tls.cluster_ca.empty())) {
+    return absl::InvalidArgumentError(
+        "--cluster-ca: the members of an etcd cluster prove to one another who they are with "
+        "TLS: give each member --tls-cert and --tls-key signed by the cluster's own CA, and that "
+        "CA as --cluster-ca (docs/operators.md)");
+  }
+  if (tls.enabled() && tls.cluster_ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--cluster-ca: a member checks its leader's certificate against the cluster's CA");
+  }
+  if (tls.enabled()) {
+    // The key is the member's credential: whoever reads it may pass for a member.
+    if (auto key = ReadPrivateKeyFile(tls.key, "--tls-key"); !key.ok()) return key.status();
+  }
+  return absl::OkStatus();
+}
+
+// Waits up to kEtcdStartWait for etcd to let this zerod at its keys, then refuses an etcd with a
+// member that lets in anyone (etcd_security.h) unless `allow_insecure`.
+absl::Status CheckEtcd(const EtcdOptions& etcd, bool allow_insecure) {
+  absl::Status access = CheckEtcdAccess(etcd);
+  for (const absl::Time give_up = absl::Now() + kEtcdStartWait;
+       !access.ok() && Transient(access) && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(200));
+    access = CheckEtcdAccess(etcd);
+  }
+  if (!access.ok()) return access;
+  const std::vector<std::string> open =
+      EtcdEndpointsOpenToAnyone(etcd, std::min(etcd.request_timeout, absl::Seconds(3)));
+  if (open.empty()) return absl::OkStatus();
+  const std::string what = absl::StrCat(
+      "etcd at ", absl::StrJoin(open, ","),
+      " lets in anyone who can reach it (no client certificate, no user): they could read and "
+      "rewrite everything the cluster keeps there (jobs, their owners' token digests, stores, the "
+      "leader's claim)");
+  if (allow_insecure) {
+    Logger("cluster")->warn("{}; running on it anyway (--allow-insecure-etcd)", what);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--store: ", what,
+      "; secure it as docs/operators.md says (TLS, --client-cert-auth, auth enabled), or give "
+      "--allow-insecure-etcd to run on it anyway"));
 }
 
 // A socket file the previous role left: ours, since the member holds the path's lock.
@@ -99,27 +153,15 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Start(const DaemonOptions& optio
     m->daemon_ = *std::move(daemon);
     return m;
   }
-  absl::StatusOr<EtcdOptions> etcd = ParseEtcdUrl(options.store);
-  if (!etcd.ok())
-    return absl::InvalidArgumentError(absl::StrCat("--store: ", etcd.status().message()));
+  absl::StatusOr<EtcdOptions> etcd = EtcdOptionsOf(options.store, options.etcd_tls);
+  if (!etcd.ok()) return etcd.status();
   if (options.listen_address.empty()) {
     return absl::InvalidArgumentError(
         "--listen: a zerod on etcd needs a TCP listener: the other members of its cluster forward "
         "their ranks' calls to the leader over it");
   }
-  if (options.tls.enabled()) {
-    return absl::InvalidArgumentError(
-        "--tls-cert: TLS between the members of an etcd cluster is not built yet; members talk "
-        "plaintext TCP (give them a trusted network and --allow-plaintext-tcp)");
-  }
-  absl::StatusOr<std::string> secret = LoadOrCreateClusterSecret(*etcd);
-  for (const absl::Time give_up = absl::Now() + kEtcdStartWait;
-       !secret.ok() && Transient(secret.status()) && absl::Now() < give_up;) {
-    absl::SleepFor(absl::Milliseconds(200));
-    secret = LoadOrCreateClusterSecret(*etcd);
-  }
-  if (!secret.ok()) return secret.status();
-  daemon_options.cluster_secret = *secret;
+  if (absl::Status s = CheckMemberTls(options); !s.ok()) return s;
+  if (absl::Status s = CheckEtcd(*etcd, options.allow_insecure_etcd); !s.ok()) return s;
   daemon_options.claim_paths = false;
   if (daemon_options.node_address.empty()) {
     daemon_options.node_address = NodeHost(cluster.advertise, options.listen_address);
@@ -240,15 +282,19 @@ absl::Status Member::Follow(const std::string& holder, const std::string& endpoi
   }
   auto tcp_credentials = auth::TcpCredentials(options_.tls);
   if (!tcp_credentials.ok()) return tcp_credentials.status();
+  // To the leader: this member's certificate, over TLS (plaintext only with --no-auth and no TLS).
+  std::shared_ptr<grpc::ChannelCredentials> leader_credentials = grpc::InsecureChannelCredentials();
+  if (options_.tls.enabled()) {
+    auto member = auth::MemberCredentials(options_.tls);
+    if (!member.ok()) return member.status();
+    leader_credentials = *std::move(member);
+  }
   // Heartbeats stay on the node: the relay answers them and tells the leader once per interval,
   // well inside the lease.
   const absl::Duration interval =
       std::clamp(options_.lease_ttl / 5, absl::Milliseconds(50), absl::Seconds(1));
-  auto relay =
-      std::make_shared<HeartbeatRelay>(LeaderChannel(endpoint), name, cluster_.node,
-                                       std::vector<std::pair<std::string, std::string>>{
-                                           {rpc::kClusterSecretMetadata, options_.cluster_secret}},
-                                       interval);
+  auto relay = std::make_shared<HeartbeatRelay>(LeaderChannel(endpoint, leader_credentials), name,
+                                                cluster_.node, interval);
   std::vector<std::unique_ptr<grpc::Service>> relay_services;
   // One server per way in, so the leader learns which one a caller used.
   auto forward = [&](const std::string& socket, const std::string& listen,
@@ -261,8 +307,8 @@ absl::Status Member::Follow(const std::string& holder, const std::string& endpoi
     f.listen_address = listen;
     f.tcp_credentials = *tcp_credentials;
     f.leader_endpoint = endpoint;
-    f.added_metadata = {{rpc::kClusterSecretMetadata, options_.cluster_secret},
-                        {rpc::kForwardedViaMetadata, via},
+    f.leader_credentials = leader_credentials;
+    f.added_metadata = {{rpc::kForwardedViaMetadata, via},
                         {rpc::kNodeAddressMetadata, options_.node_address}};
     f.max_message_bytes = options_.max_message_bytes;
     f.local_services = {relay_services.back().get()};

@@ -10,8 +10,13 @@
 //   - the leader: it holds the etcd claim on the state (etcd_claim.h) and runs the Daemon over it
 //     (registry, plans, stores, checkpoints); one decider, so a generation gets one plan; or
 //   - a follower: a ForwardingServer on its node's socket and TCP port that relays every call to
-//     the leader, adding the cluster's secret and how the caller came in (proto/auth_metadata.h),
-//     and a ClaimWatch on the leader's claim.
+//     the leader over mutual TLS, with its member certificate (server/auth/cluster_members.h),
+//     saying how the caller came in (proto/auth_metadata.h), and a ClaimWatch on the leader's
+//     claim.
+//
+// Before either, a member checks that etcd is the cluster's own: that it lets this zerod at its
+// keys, and that no member lets in a client with neither a certificate nor a user
+// (server/state/etcd_security.h), unless --allow-insecure-etcd.
 // When the leader's claim changes (its daemon stopped, died and its lease ran out, or lost etcd),
 // the watch, or the leader's own claim, asks for a new election (`role_changed`, which the main
 // thread answers with Reelect). The first to take the claim loads the whole state from etcd and

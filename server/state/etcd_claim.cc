@@ -24,7 +24,7 @@ std::string EtcdClaim::KeyFor(const std::string& prefix) {
 absl::StatusOr<ClaimAttempt> EtcdClaim::TryAcquire(const EtcdOptions& etcd,
                                                    const EtcdClaimOptions& options,
                                                    std::function<void()> on_lost) {
-  auto client = internal::EtcdClient::Connect(etcd.endpoints, etcd.request_timeout);
+  auto client = internal::EtcdClient::Connect(etcd);
   if (!client.ok()) return client.status();
   const std::string key = KeyFor(etcd.prefix);
   // etcd counts a TTL in whole seconds and raises one below its minimum.
@@ -176,7 +176,7 @@ absl::StatusOr<std::unique_ptr<ClaimWatch>> ClaimWatch::Start(const EtcdOptions&
                                                               std::string followed,
                                                               absl::Duration interval,
                                                               std::function<void()> changed) {
-  auto client = internal::EtcdClient::Connect(etcd.endpoints, etcd.request_timeout);
+  auto client = internal::EtcdClient::Connect(etcd);
   if (!client.ok()) return client.status();
   return std::unique_ptr<ClaimWatch>(
       new ClaimWatch(*std::move(client), EtcdClaim::KeyFor(etcd.prefix), std::move(followed),

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "server/logging.h"
+#include "server/state/etcd_claim.h"
 #include "server/state/internal/etcd_client.h"
 #include "server/state/internal/etcd_txn.h"
 
@@ -39,6 +40,10 @@ KeyValue FromEtcd(const mvccpb::KeyValue& kv, size_t prefix_size) {
 }
 
 }  // namespace
+
+std::string CommitMarkerPrefix(const std::string& prefix) {
+  return KeyBesidePrefix(prefix, ".commit/");
+}
 
 absl::StatusOr<EtcdOptions> ParseEtcdUrl(std::string_view url_view) {
   const std::string url(url_view);
@@ -73,13 +78,10 @@ absl::StatusOr<EtcdOptions> ParseEtcdUrl(std::string_view url_view) {
 }
 
 absl::StatusOr<std::unique_ptr<EtcdKvStore>> EtcdKvStore::Open(const EtcdOptions& options) {
-  // The commit marker lives under "\0zerod-commit/", which no prefix that does not itself start
-  // with "\0" contains: the mirror never sees it.
   if (options.prefix.empty() || options.prefix[0] == '\0') {
     return absl::InvalidArgumentError("etcd prefix must be non-empty and not start with \\0");
   }
-  absl::StatusOr<std::unique_ptr<EtcdClient>> client =
-      EtcdClient::Connect(options.endpoints, options.request_timeout);
+  absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Connect(options);
   if (!client.ok()) return client.status();
   if (!(*client)->WaitForConnected(options.request_timeout)) {
     return absl::UnavailableError(absl::StrCat((*client)->where(), ": no member answered within ",
@@ -99,8 +101,7 @@ absl::StatusOr<std::unique_ptr<EtcdKvStore>> EtcdKvStore::Open(const EtcdOptions
 EtcdKvStore::EtcdKvStore(EtcdOptions options, std::unique_ptr<internal::EtcdClient> client)
     : options_(std::move(options)),
       client_(std::move(client)),
-      marker_key_(
-          absl::StrCat(std::string("\0zerod-commit/", 14), options_.prefix, "/", RandomId())) {}
+      marker_key_(CommitMarkerPrefix(options_.prefix) + RandomId()) {}
 
 void EtcdKvStore::Start() {
   committer_ = std::thread([this] { CommitterLoop(); });

@@ -68,8 +68,21 @@ struct CommitReads;
 struct CommitSnapshot;
 }  // namespace internal
 
+// How zerod speaks to etcd: plaintext when `ca_pem` is empty; else TLS, each member's certificate
+// checked against `ca_pem` and the endpoints' names, presenting `cert_pem`/`key_pem` when given
+// (etcd's client-certificate authentication: with --client-cert-auth it takes the certificate's CN
+// as the user). PEM contents, read once from the files named by --etcd-ca/-cert/-key
+// (etcd_security.h).
+struct EtcdTls {
+  std::string ca_pem;
+  std::string cert_pem;
+  std::string key_pem;
+  bool enabled() const { return !ca_pem.empty(); }
+};
+
 struct EtcdOptions {
   std::vector<std::string> endpoints;                 // "host:port", at least one
+  EtcdTls tls;                                        // plaintext by default
   std::string prefix = "/zerod/";                     // every KvStore key is stored as prefix + key
   absl::Duration request_timeout = absl::Seconds(5);  // one RPC to etcd
   absl::Duration unavailable_for =
@@ -84,6 +97,11 @@ struct EtcdOptions {
   // ops (the rest is room for the reads' conditions, the marker and the fence), and 1 MiB.
   int64_t max_txn_ops = 128;
 };
+
+// Where the stores on `prefix` keep their commit markers: beside the prefix, outside it ("/zerod/"
+// -> "/zerod.commit/"), so the mirror never sees them. zerod's etcd role needs read and write on
+// the prefix, on its claim key (etcd_claim.h) and under this one.
+std::string CommitMarkerPrefix(const std::string& prefix);
 
 // "etcd://host:port[,host:port...][/prefix]" -> options; INVALID_ARGUMENT naming what is wrong.
 absl::StatusOr<EtcdOptions> ParseEtcdUrl(std::string_view url);
@@ -162,7 +180,7 @@ class EtcdKvStore final : public KvStore {
 
   const EtcdOptions options_;
   const std::unique_ptr<internal::EtcdClient> client_;
-  // This store's commit marker: "\0zerod-commit/<prefix>/<random id>", outside the prefix.
+  // This store's commit marker: CommitMarkerPrefix(prefix) + a random id.
   const std::string marker_key_;
 
   mutable Mutex mu_;

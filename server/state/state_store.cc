@@ -20,6 +20,17 @@ absl::Status CheckStoreFlag(const std::string& store) {
                    store.substr(0, 64), "'"));
 }
 
+absl::StatusOr<EtcdOptions> EtcdOptionsOf(const std::string& store, const EtcdTlsFiles& tls) {
+  absl::StatusOr<EtcdOptions> etcd = ParseEtcdUrl(store);
+  if (!etcd.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--store: ", etcd.status().message()));
+  }
+  absl::StatusOr<EtcdTls> loaded = LoadEtcdTls(tls);
+  if (!loaded.ok()) return loaded.status();
+  etcd->tls = *std::move(loaded);
+  return etcd;
+}
+
 absl::StatusOr<OpenedState> OpenStateStore(const StateStoreOptions& options,
                                            std::unique_ptr<EtcdClaim> claim) {
   if (absl::Status s = CheckStoreFlag(options.store); !s.ok()) return s;
@@ -37,7 +48,7 @@ absl::StatusOr<OpenedState> OpenStateStore(const StateStoreOptions& options,
         "--reset-state moves the SQLite state aside; an etcd state is removed with etcdctl (del "
         "--prefix), not by zerod");
   }
-  absl::StatusOr<EtcdOptions> etcd = ParseEtcdUrl(options.store);
+  absl::StatusOr<EtcdOptions> etcd = EtcdOptionsOf(options.store, options.etcd_tls);
   if (!etcd.ok()) return etcd.status();
   if (claim == nullptr) {
     return absl::FailedPreconditionError(

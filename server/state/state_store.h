@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/state/etcd_claim.h"
+#include "server/state/etcd_security.h"
 #include "server/state/kv_store.h"
 #include "server/state/sqlite_kv_store.h"
 
@@ -18,6 +19,7 @@ namespace zerod::server {
 struct StateStoreOptions {
   std::string store = "sqlite";
   int64_t etcd_max_txn_ops = 128;  // etcd's --max-txn-ops (EtcdOptions::max_txn_ops)
+  EtcdTlsFiles etcd_tls;           // --etcd-ca, --etcd-cert, --etcd-key (etcd_security.h)
   std::string data_dir;
   Durability durability = Durability::kFull;  // sqlite
   bool reset_state = false;                   // sqlite
@@ -32,6 +34,10 @@ struct OpenedState {
 // INVALID_ARGUMENT, starting "--store: ", for a value that names no store (checked before any
 // state is touched).
 absl::Status CheckStoreFlag(const std::string& store);
+
+// The etcd options of `store` (an etcd:// URL) with the TLS files' contents; INVALID_ARGUMENT
+// naming the flag at fault.
+absl::StatusOr<EtcdOptions> EtcdOptionsOf(const std::string& store, const EtcdTlsFiles& tls);
 
 // Opens the state. An etcd state is opened only under its claim, which the caller holds (a
 // cluster member elected leader, server/cluster/member.h) and hands over: it is released after the

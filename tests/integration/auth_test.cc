@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/plan/synthetic_layout.h"
+#include "tests/integration/other_user.h"
 #include "tests/integration/zerod_harness.h"
 #include "tests/util/process.h"
 #include "tests/util/subprocess.h"
@@ -104,48 +105,11 @@ class AuthDaemon {
   int port_ = 0;
 };
 
-client::JoinOptions OneRankJob(const std::string& job) {
-  client::JoinOptions join;
-  join.job_id = job;
-  join.world_size = 1;
-  join.rank = 0;
-  join.host = "node-a";
-  join.device = "cpu";
-  join.layout = plan::SyntheticLayout(1000, DType::kBFloat16, 8);
-  return join;
-}
-
-// The start of a command line that runs its program with nothing of this process's environment
-// but PATH and a sanitizer build's options (without them a ThreadSanitizer build's child exits 66
-// on a report inside gRPC that the suite's suppressions and log filter would have dropped), as the
-// user nobody or as this user.
-std::vector<std::string> WithoutThisEnvironment(bool as_nobody) {
-  std::vector<std::string> argv;
-  if (as_nobody) argv = {"/usr/sbin/runuser", "-u", "nobody", "--"};
-  argv.insert(argv.end(), {"/usr/bin/env", "-i", "PATH=/usr/bin:/bin"});
-  for (const char* name : {"TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"}) {
-    if (const char* value = std::getenv(name); value != nullptr) {
-      argv.push_back(absl::StrCat(name, "=", value));
-    }
-  }
-  return argv;
-}
-
 // Runs tests/integration/auth_probe as the user nobody, with nothing of this process's
 // environment (no token, no config dir) but a sanitizer build's options, and returns its
 // {"code", "message"}.
 nlohmann::json ProbeAsNobody(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = WithoutThisEnvironment(/*as_nobody=*/true);
-  argv.push_back(Built(AUTH_PROBE_PATH));
-  argv.insert(argv.end(), args.begin(), args.end());
-  const ProcessResult r = RunProcess(argv);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  const size_t brace = r.out.rfind('{');
-  if (brace == std::string::npos) {
-    ADD_FAILURE() << "no JSON from auth_probe: " << r.out << r.err;
-    return nlohmann::json::object();
-  }
-  return nlohmann::json::parse(r.out.substr(brace));
+  return RunProbe(/*as_nobody=*/true, Built(AUTH_PROBE_PATH), args);
 }
 
 TEST(Auth, AnotherUserCanNeitherActAsARankNorUseTheStoreNorEndAJobOverTheSocketOrTcp) {

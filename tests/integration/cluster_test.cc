@@ -1,13 +1,17 @@
 // A zerod on every node: three real zerods (each its own socket, data dir and node name) on a real
 // 3-member etcd (--store etcd://...), one leading and two forwarding to it; train_mlp ranks, two
 // per daemon, each talking only to its own node's daemon. A killed follower, a killed leader, a
-// killed etcd leader (docs/ARCHITECTURE.md, "A zerod on every node").
+// killed etcd leader (docs/ARCHITECTURE.md, "A zerod on every node"). With security on, as
+// docs/operators.md sets it up: etcd speaks TLS on its client and peer ports with certificates
+// required and authentication on; the zerods speak TLS to it as its user zerod, and mutual TLS to
+// one another (cluster_security_test.cc tries to get past it).
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +21,7 @@
 #include "client/credentials.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/zerod_cluster.h"
 #include "tests/integration/zerod_harness.h"
 #include "tests/util/etcd_cluster.h"
 #include "zerod/v1/coordinator.grpc.pb.h"
@@ -30,60 +35,18 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr int kNodes = 3;
+constexpr int kNodes = ZerodCluster::kNodes;
 constexpr int kRanksPerNode = 2;
 constexpr int kWorld = kNodes * kRanksPerNode;
 
-std::string NodeHost(int node) { return absl::StrCat("127.0.0.", node + 1); }
+std::string NodeHost(int node) { return ZerodCluster::NodeHost(node); }
 
-// Three zerods on one etcd state. Node 0 starts first, so it leads; the others follow it.
-class ZerodCluster {
- public:
-  // Each daemon writes its TCP port (the leader's, or its forwarder's) to port_file(node).
-  // `restart_grace`: what a new leader adds to the recovered leases (zerod's default is 10s).
-  ZerodCluster(EtcdCluster& etcd, const std::string& lease_ttl, const TempDir& files,
-               const std::string& restart_grace = "1s")
-      : files_(files) {
-    const std::string url = "etcd://" + absl::StrJoin(etcd.Endpoints(), ",") + "/zerod-test/";
-    for (int node = 0; node < kNodes; ++node) {
-      daemons_.push_back(std::make_unique<ZerodHarness>(std::vector<std::string>{
-          // Each node on its own address (all of 127/8 is loopback), which its ranks learn at
-          // the join and listen on for their peers.
-          "--store", url, "--listen", absl::StrCat(NodeHost(node), ":0"), "--port-file",
-          port_file(node), "--node", absl::StrCat("node-", node), "--lease-ttl", lease_ttl,
-          "--restart-grace", restart_grace}));
-    }
-  }
-  std::string port_file(int node) const { return absl::StrCat(files_.path(), "/port", node); }
-
-  void Start() {
-    for (int node = 0; node < kNodes; ++node) {
-      ASSERT_NO_FATAL_FAILURE(daemons_[node]->Start());
-      if (node == 0) {
-        ASSERT_TRUE(Eventually([&] { return Leads(0); }, absl::Seconds(30))) << Log(0);
-      }
-    }
-    for (int node = 1; node < kNodes; ++node) {
-      ASSERT_TRUE(Eventually(
-          [&] {
-            return Log(node).find("follows the cluster's leader, node-0") != std::string::npos;
-          },
-          absl::Seconds(30)))
-          << Log(node);
-    }
-  }
-
-  bool Leads(int node) const {
-    return Log(node).find(absl::StrCat("node node-", node, " leads the cluster")) !=
-           std::string::npos;
-  }
-  ZerodHarness& daemon(int node) { return *daemons_[node]; }
-  std::string Log(int node) const { return daemons_[node]->Log(); }
-
- private:
-  const TempDir& files_;
-  std::vector<std::unique_ptr<ZerodHarness>> daemons_;
-};
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 // kWorld train_mlp ranks of `job`, rank r on node r / kRanksPerNode, with `args`. No
 // ZEROD_GLOO_HOST: each rank listens for its peers where its node's zerod says (NodeHost).
@@ -120,8 +83,11 @@ void WaitForStep(ChildProcess& rank, int step) {
 class Cluster : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!EtcdCluster::Installed()) GTEST_SKIP() << "needs /usr/bin/etcd (scripts/setup.sh)";
-    etcd_ = std::make_unique<EtcdCluster>(3);
+    if (!EtcdCluster::Installed(/*with_etcdctl=*/true)) {
+      GTEST_SKIP() << "needs /usr/bin/etcd and /usr/bin/etcdctl (scripts/setup.sh)";
+    }
+    etcd_ = std::make_unique<EtcdCluster>(
+        3, EtcdSecurity{.tls = true, .auth = true, .zerod_prefix = "/zerod-test/"});
     ASSERT_EQ(etcd_->error(), "");
   }
   std::unique_ptr<EtcdCluster> etcd_;
@@ -252,23 +218,20 @@ TEST_F(Cluster, OverAFollowersTcpPortTheViewsStillNeedATokenButItsSocketNeedsNon
   ASSERT_NO_FATAL_FAILURE(cluster.Start());
   // The follower's socket: its mode admitted the caller, as the leader's own socket would.
   EXPECT_EQ(cluster.daemon(1).Zeroctl({"jobs"}).exit_code, 0);
-  // Its TCP port, without a token: refused by the leader, as on the leader's own port.
-  std::ifstream port_in(cluster.port_file(2));
-  int port = 0;
-  port_in >> port;
-  ASSERT_GT(port, 0);
-  const std::string address = absl::StrCat(NodeHost(2), ":", port);
-  const ProcessResult over_tcp =
-      RunProcess({"/usr/bin/env", "-u", "ZEROD_VIEWER_TOKEN_FILE", "-u", "ZEROD_ADMIN_TOKEN_FILE",
-                  Built(ZEROCTL_PATH), "--endpoint", address, "jobs"});
+  // Its TCP port (TLS), without a token: refused by the leader, as on the leader's own port.
+  const std::string address = cluster.tcp_endpoint(2);
+  const ProcessResult over_tcp = RunProcess(
+      {"/usr/bin/env", "-u", "ZEROD_VIEWER_TOKEN_FILE", "-u", "ZEROD_ADMIN_TOKEN_FILE",
+       "ZEROD_TLS_CA=" + cluster.cluster_ca(), Built(ZEROCTL_PATH), "--endpoint", address, "jobs"});
   EXPECT_EQ(over_tcp.exit_code, 1) << over_tcp.out;
   // The leader's refusal, relayed: not a client-side failure before the follower was reached.
   EXPECT_THAT(over_tcp.err, HasSubstr("no credentials: over TCP a call needs the viewer token"))
       << over_tcp.err;
-  // NodeHeartbeat is the members' own call: a follower relays no one else's, though it adds the
-  // cluster's secret to what it relays.
-  auto stub =
-      v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  // NodeHeartbeat is the members' own call: a follower relays no one else's, though it presents
+  // its member certificate to the leader.
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = ReadFile(cluster.cluster_ca());
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::SslCredentials(tls)));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
   v1::NodeHeartbeatRequest request;

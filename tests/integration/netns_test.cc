@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/zerod_harness.h"
+#include "tests/util/certificates.h"
 #include "tests/util/etcd_cluster.h"
 
 namespace zerod::testing {
@@ -85,7 +86,9 @@ class NamespacePair {
 };
 
 TEST(NetworkNamespaces, RanksOnTwoNetworkStacksMeetWhereTheirZerodsSayAndTrainToTheUnshardedLoss) {
-  if (!EtcdCluster::Installed()) GTEST_SKIP() << "needs /usr/bin/etcd (scripts/setup.sh)";
+  if (!EtcdCluster::Installed(/*with_etcdctl=*/true)) {
+    GTEST_SKIP() << "needs /usr/bin/etcd and /usr/bin/etcdctl (scripts/setup.sh)";
+  }
   if (geteuid() != 0 || IpPath().empty()) {
     GTEST_SKIP() << "needs root and iproute2's ip to make network namespaces";
   }
@@ -94,14 +97,27 @@ TEST(NetworkNamespaces, RanksOnTwoNetworkStacksMeetWhereTheirZerodsSayAndTrainTo
     GTEST_SKIP() << "this machine does not let the test make network namespaces: "
                  << namespaces.error();
   }
-  EtcdCluster etcd(1);
+  // Secured as docs/operators.md says: etcd with TLS and authentication, members with
+  // certificates of the cluster's CA.
+  EtcdCluster etcd(1, EtcdSecurity{.tls = true, .auth = true, .zerod_prefix = "/zerod-netns/"});
   ASSERT_EQ(etcd.error(), "");
+  TempDir pki;
+  ASSERT_EQ(MakeCa(pki.path(), "cluster-ca"), "");
+  ASSERT_EQ(IssueCertificate(pki.path(), "cluster-ca", "member", "zerod-member",
+                             "IP:127.0.0.1,IP:127.0.0.2"),
+            "");
   const std::string url = "etcd://" + etcd.Endpoint(0) + "/zerod-netns/";
   std::vector<std::unique_ptr<ZerodHarness>> daemons;
   for (int node = 0; node < kNodes; ++node) {
-    daemons.push_back(std::make_unique<ZerodHarness>(std::vector<std::string>{
-        "--store", url, "--listen", absl::StrCat("127.0.0.", node + 1, ":0"), "--node",
-        absl::StrCat("node-", node), "--node-address", NamespacePair::Address(node)}));
+    std::vector<std::string> flags = {"--store",        url,
+                                      "--listen",       absl::StrCat("127.0.0.", node + 1, ":0"),
+                                      "--node",         absl::StrCat("node-", node),
+                                      "--node-address", NamespacePair::Address(node),
+                                      "--tls-cert",     pki.path() + "/member.pem",
+                                      "--tls-key",      pki.path() + "/member.key",
+                                      "--cluster-ca",   pki.path() + "/cluster-ca.pem"};
+    for (const std::string& flag : etcd.ZerodFlags()) flags.push_back(flag);
+    daemons.push_back(std::make_unique<ZerodHarness>(flags));
     ASSERT_NO_FATAL_FAILURE(daemons[node]->Start());
     // Node 0 leads before node 1 starts, so node 1's ranks go through a follower.
     const std::string role =

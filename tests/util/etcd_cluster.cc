@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/util/certificates.h"
 
 namespace zerod::testing {
 namespace {
@@ -33,13 +34,75 @@ int FreePort() {
   return ntohs(address.sin_port);
 }
 
-std::string PeerUrl(int port) { return absl::StrCat("http://127.0.0.1:", port); }
+// deploy/etcd/auth.sh, as an operator runs it.
+std::string AuthScript() { return ZEROD_SOURCE_DIR "/deploy/etcd/auth.sh"; }
 
 }  // namespace
 
-bool EtcdCluster::Installed() { return access(kBinary, X_OK) == 0; }
+bool EtcdCluster::Installed(bool with_etcdctl) {
+  return access(kBinary, X_OK) == 0 && (!with_etcdctl || access(kEtcdctl, X_OK) == 0);
+}
 
-EtcdCluster::EtcdCluster(int members) {
+std::string EtcdCluster::MakeCertificates() {
+  for (const std::string& error :
+       {MakeCa(dir(), "etcd-ca"),
+        IssueCertificate(dir(), "etcd-ca", "etcd-member", "etcd", "IP:127.0.0.1,DNS:localhost"),
+        IssueCertificate(dir(), "etcd-ca", "root", "root"),
+        IssueCertificate(dir(), "etcd-ca", "zerod", "zerod")}) {
+    if (!error.empty()) return error;
+  }
+  return "";
+}
+
+std::vector<std::string> EtcdCluster::ZerodFlags() const {
+  if (!security_.tls) return {};
+  return {"--etcd-ca",          ca_file(),    "--etcd-cert",
+          dir() + "/zerod.pem", "--etcd-key", dir() + "/zerod.key"};
+}
+
+ProcessResult EtcdCluster::Etcdctl(const std::vector<std::string>& args) const {
+  std::vector<std::string> command = {kEtcdctl};
+  command.insert(command.end(), args.begin(), args.end());
+  return AsRoot(command);
+}
+
+ProcessResult EtcdCluster::AsRoot(const std::vector<std::string>& command) const {
+  std::vector<std::string> endpoints;
+  for (const std::string& e : Endpoints()) {
+    endpoints.push_back(absl::StrCat(security_.tls ? "https://" : "http://", e));
+  }
+  std::vector<std::string> argv = {"/usr/bin/env", "ETCDCTL_API=3",
+                                   "ETCDCTL_ENDPOINTS=" + absl::StrJoin(endpoints, ",")};
+  if (security_.tls) {
+    argv.insert(argv.end(), {"ETCDCTL_CACERT=" + ca_file(), "ETCDCTL_CERT=" + dir() + "/root.pem",
+                             "ETCDCTL_KEY=" + dir() + "/root.key"});
+  }
+  argv.insert(argv.end(), command.begin(), command.end());
+  return RunProcess(argv);
+}
+
+std::shared_ptr<grpc::Channel> EtcdCluster::Channel(int member) const {
+  if (!security_.tls) {
+    return grpc::CreateChannel(Endpoint(member), grpc::InsecureChannelCredentials());
+  }
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = read(ca_file());
+  tls.pem_cert_chain = read(dir() + "/root.pem");
+  tls.pem_private_key = read(dir() + "/root.key");
+  return grpc::CreateChannel(Endpoint(member), grpc::SslCredentials(tls));
+}
+
+EtcdCluster::EtcdCluster(int members, EtcdSecurity security) : security_(std::move(security)) {
+  if (security_.tls) {
+    error_ = MakeCertificates();
+    if (!error_.empty()) return;
+  }
   std::random_device random;
   token_ = absl::StrCat("zerod-test-", random());
   std::vector<std::string> peers;
@@ -50,7 +113,7 @@ EtcdCluster::EtcdCluster(int members) {
     m.peer_port = FreePort();
     m.data_dir = absl::StrCat(dir_.path(), "/", m.name);
     m.log_path = absl::StrCat(dir_.path(), "/", m.name, ".log");
-    peers.push_back(absl::StrCat(m.name, "=", PeerUrl(m.peer_port)));
+    peers.push_back(absl::StrCat(m.name, "=", Url(m.peer_port)));
     members_.push_back(std::move(m));
   }
   initial_cluster_ = absl::StrJoin(peers, ",");
@@ -58,14 +121,23 @@ EtcdCluster::EtcdCluster(int members) {
   if (Leader() < 0) {
     error_ = absl::StrCat("etcd cluster of ", members,
                           " elected no leader within 30 s; member 0: ", Log(0));
+    return;
   }
+  if (security_.auth) {
+    const ProcessResult r = AsRoot({"/bin/sh", AuthScript(), security_.zerod_prefix});
+    if (r.exit_code != 0) error_ = absl::StrCat("deploy/etcd/auth.sh: ", r.out, r.err);
+  }
+}
+
+std::string EtcdCluster::Url(int port) const {
+  return absl::StrCat(security_.tls ? "https" : "http", "://127.0.0.1:", port);
 }
 
 EtcdCluster::~EtcdCluster() = default;
 
 void EtcdCluster::Start(int member, const std::string& state) {
   Member& m = members_[member];
-  const std::string client = absl::StrCat("http://127.0.0.1:", m.client_port);
+  const std::string client = Url(m.client_port);
   std::vector<std::string> env;
   // etcd refuses to start on architectures it does not test on unless told.
   utsname machine{};
@@ -75,16 +147,27 @@ void EtcdCluster::Start(int member, const std::string& state) {
                                                              ? "arm64"
                                                              : machine.machine));
   }
-  m.process = std::make_unique<ChildProcess>(
-      std::vector<std::string>{
-          kBinary, "--name", m.name, "--data-dir", m.data_dir, "--listen-client-urls", client,
-          "--advertise-client-urls", client, "--listen-peer-urls", PeerUrl(m.peer_port),
-          "--initial-advertise-peer-urls", PeerUrl(m.peer_port), "--initial-cluster",
-          initial_cluster_, "--initial-cluster-state", state, "--initial-cluster-token", token_,
-          // A lost leader is replaced within about a second.
-          "--heartbeat-interval", "50", "--election-timeout", "500", "--log-level", "error",
-          "--logger", "zap"},
-      m.log_path, env);
+  std::vector<std::string> argv = {
+      kBinary, "--name", m.name, "--data-dir", m.data_dir, "--listen-client-urls", client,
+      "--advertise-client-urls", client, "--listen-peer-urls", Url(m.peer_port),
+      "--initial-advertise-peer-urls", Url(m.peer_port), "--initial-cluster", initial_cluster_,
+      "--initial-cluster-state", state, "--initial-cluster-token", token_,
+      // A lost leader is replaced within about a second.
+      "--heartbeat-interval", "50", "--election-timeout", "500", "--log-level", "error", "--logger",
+      "zap"};
+  if (security_.tls) {
+    // As docs/operators.md runs it: one member certificate for clients and peers, both of which
+    // must present a certificate of etcd's CA (clients unless told otherwise, for a test of an
+    // etcd that lets anyone in).
+    const std::string cert = dir() + "/etcd-member.pem", key = dir() + "/etcd-member.key";
+    argv.insert(argv.end(), {"--cert-file", cert, "--key-file", key, "--peer-cert-file", cert,
+                             "--peer-key-file", key, "--peer-trusted-ca-file", ca_file(),
+                             "--peer-client-cert-auth"});
+    if (security_.client_certs) {
+      argv.insert(argv.end(), {"--trusted-ca-file", ca_file(), "--client-cert-auth"});
+    }
+  }
+  m.process = std::make_unique<ChildProcess>(argv, m.log_path, env);
 }
 
 std::vector<std::string> EtcdCluster::Endpoints() const {
@@ -102,8 +185,7 @@ int EtcdCluster::Leader(absl::Duration timeout) {
   do {
     for (size_t i = 0; i < members_.size(); ++i) {
       if (!Running(static_cast<int>(i))) continue;
-      auto stub = etcdserverpb::Maintenance::NewStub(
-          grpc::CreateChannel(Endpoint(static_cast<int>(i)), grpc::InsecureChannelCredentials()));
+      auto stub = etcdserverpb::Maintenance::NewStub(Channel(static_cast<int>(i)));
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
       etcdserverpb::StatusResponse status;

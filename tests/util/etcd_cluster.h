@@ -4,25 +4,41 @@
 // A real etcd cluster for tests: N members of /usr/bin/etcd (Debian's etcd-server, installed by
 // scripts/setup.sh) on free loopback ports, each with its own data dir under a temp dir, with
 // short heartbeat and election timeouts so that a lost leader is replaced within a second or so.
+//
+// Secured as docs/operators.md says, when asked: TLS on the client and peer ports with client
+// certificates required (certificates from deploy/etcd/certs.sh), and etcd's authentication on
+// with the users and role deploy/etcd/auth.sh makes (etcdctl, Debian's etcd-client). The
+// certificates are under dir(): etcd-ca.pem, root.pem/.key (etcd's root user), zerod.pem/.key
+// (zerod's user).
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "grpcpp/channel.h"
 #include "tests/util/process.h"
 #include "tests/util/subprocess.h"
 
 namespace zerod::testing {
 
+struct EtcdSecurity {
+  bool tls = false;          // TLS on the client and peer ports
+  bool client_certs = true;  // with tls: client and peer certificates required
+  bool auth = false;  // authentication on (needs tls): zerod's user may use zerod_prefix only
+  std::string zerod_prefix = "/zerod/";
+};
+
 class EtcdCluster {
  public:
   static constexpr const char* kBinary = "/usr/bin/etcd";
-  // Whether etcd is installed; tests GTEST_SKIP naming scripts/setup.sh when it is not.
-  static bool Installed();
+  static constexpr const char* kEtcdctl = "/usr/bin/etcdctl";
+  // Whether etcd is installed (and etcdctl, which `auth` needs); tests GTEST_SKIP naming
+  // scripts/setup.sh when it is not.
+  static bool Installed(bool with_etcdctl = false);
 
   // Starts `members` members and waits until they have a leader; error() says why not.
-  explicit EtcdCluster(int members);
+  explicit EtcdCluster(int members, EtcdSecurity security = {});
   ~EtcdCluster();  // kills every member
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
@@ -40,6 +56,19 @@ class EtcdCluster {
   // The member's log (etcd writes errors only).
   std::string Log(int member) const;
 
+  // Where the certificates are (a directory only its owner may enter).
+  const std::string& dir() const { return dir_.path(); }
+  std::string ca_file() const { return dir() + "/etcd-ca.pem"; }
+  // The prefix zerod's etcd user may use (with `auth`).
+  const std::string& zerod_prefix() const { return security_.zerod_prefix; }
+  // zerod's flags for this etcd: --etcd-ca, --etcd-cert and --etcd-key with zerod's user's
+  // certificate (none without TLS).
+  std::vector<std::string> ZerodFlags() const;
+  // etcdctl with `args` as etcd's root user, its output and exit code.
+  ProcessResult Etcdctl(const std::vector<std::string>& args) const;
+  // `command` with etcdctl's environment for etcd's root user (ETCDCTL_ENDPOINTS, _CACERT, ...).
+  ProcessResult AsRoot(const std::vector<std::string>& command) const;
+
  private:
   struct Member {
     std::string name;
@@ -50,7 +79,14 @@ class EtcdCluster {
     std::unique_ptr<ChildProcess> process;
   };
   void Start(int member, const std::string& state);
+  // deploy/etcd/certs.sh's CA, one certificate for every member, root's and zerod's.
+  std::string MakeCertificates();
+  // http(s)://127.0.0.1:port, as the cluster speaks.
+  std::string Url(int port) const;
+  // A channel to `member` (TLS as root when the cluster speaks it).
+  std::shared_ptr<grpc::Channel> Channel(int member) const;
 
+  const EtcdSecurity security_;
   TempDir dir_;
   std::string initial_cluster_;
   std::string token_;

@@ -5,11 +5,16 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <functional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_certificate_verifier.h"
+#include "grpcpp/security/tls_credentials_options.h"
 
 namespace zerod::server::internal {
 namespace {
@@ -40,6 +45,69 @@ absl::StatusOr<std::string> ResolveEndpoint(const std::string& endpoint) {
 }
 
 absl::StatusCode ToAbsl(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
+
+// Whether a certificate's DNS name `pattern` ("etcd-0.etcd", "*.etcd.ns.svc") covers `host`: a
+// wildcard stands for exactly one leftmost label, as in RFC 6125.
+bool NameCovers(absl::string_view pattern, absl::string_view host) {
+  if (absl::EqualsIgnoreCase(pattern, host)) return true;
+  if (!absl::StartsWith(pattern, "*.")) return false;
+  const size_t dot = host.find('.');
+  return dot != absl::string_view::npos && dot > 0 &&
+         absl::EqualsIgnoreCase(pattern.substr(1), host.substr(dot));
+}
+
+// Believes a member whose certificate (already chained to the etcd CA by gRPC) names one of
+// `names`: the endpoints' hosts as given and as resolved (etcd_client.h says why any of them).
+class EndpointNameVerifier final : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  EndpointNameVerifier(std::vector<std::string> names, std::string where)
+      : names_(std::move(names)), where_(std::move(where)) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)>, grpc::Status* sync_status) override {
+    std::vector<grpc::string_ref> presented = request->dns_names();
+    for (const grpc::string_ref& ip : request->ip_names()) presented.push_back(ip);
+    for (const grpc::string_ref& name : presented) {
+      for (const std::string& mine : names_) {
+        if (NameCovers(absl::string_view(name.data(), name.size()), mine)) {
+          *sync_status = grpc::Status::OK;
+          return true;
+        }
+      }
+    }
+    *sync_status = grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        absl::StrCat(where_, ": a member's certificate names none of the endpoints (",
+                     absl::StrJoin(names_, ", "), ") among its subject alternative names"));
+    return true;
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
+
+ private:
+  const std::vector<std::string> names_;
+  const std::string where_;
+};
+
+// TLS to etcd: its CA, our certificate (client-certificate authentication) when given, and the
+// endpoint-name check above instead of gRPC's per-channel host name check.
+std::shared_ptr<grpc::ChannelCredentials> EtcdCredentials(const EtcdTls& tls,
+                                                          std::vector<std::string> names,
+                                                          const std::string& where) {
+  std::vector<grpc::experimental::IdentityKeyCertPair> identity;
+  if (!tls.cert_pem.empty()) identity.push_back({tls.key_pem, tls.cert_pem});
+  auto provider =
+      std::make_shared<grpc::experimental::StaticDataCertificateProvider>(tls.ca_pem, identity);
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(provider);
+  options.watch_root_certs();
+  if (!identity.empty()) options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);
+  options.set_check_call_host(false);
+  options.set_certificate_verifier(
+      grpc::experimental::ExternalCertificateVerifier::Create<EndpointNameVerifier>(
+          std::move(names), where));
+  return grpc::experimental::TlsCredentials(options);
+}
 
 }  // namespace
 
@@ -75,15 +143,23 @@ bool IsTransient(const grpc::Status& status) {
   }
 }
 
+absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const EtcdOptions& options) {
+  return Connect(options.endpoints, options.request_timeout, options.tls);
+}
+
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
-    const std::vector<std::string>& endpoints, absl::Duration request_timeout) {
+    const std::vector<std::string>& endpoints, absl::Duration request_timeout, const EtcdTls& tls) {
   if (endpoints.empty()) return absl::InvalidArgumentError("etcd: no endpoints given");
   std::vector<std::string> addresses;
+  std::vector<std::string> names;  // what a member's certificate may name
   for (const std::string& endpoint : endpoints) {
     absl::StatusOr<std::string> address = ResolveEndpoint(endpoint);
     if (!address.ok()) return address.status();
+    names.push_back(endpoint.substr(0, endpoint.rfind(':')));
+    names.push_back(address->substr(0, address->rfind(':')));
     addresses.push_back(*std::move(address));
   }
+  const std::string where = absl::StrCat("etcd at ", absl::StrJoin(endpoints, ","));
   grpc::ChannelArguments args;
   args.SetLoadBalancingPolicyName("round_robin");
   // A Range over a large prefix can exceed gRPC's 4 MiB default; etcd sends up to 2 GiB.
@@ -92,11 +168,12 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(absl::StrCat("ipv4:", absl::StrJoin(addresses, ",")),
-                                           grpc::InsecureChannelCredentials(), args);
-  return std::unique_ptr<EtcdClient>(
-      new EtcdClient(std::move(channel), absl::StrCat("etcd at ", absl::StrJoin(endpoints, ",")),
-                     request_timeout));
+  auto channel =
+      grpc::CreateCustomChannel(absl::StrCat("ipv4:", absl::StrJoin(addresses, ",")),
+                                tls.enabled() ? EtcdCredentials(tls, std::move(names), where)
+                                              : grpc::InsecureChannelCredentials(),
+                                args);
+  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(channel), where, request_timeout));
 }
 
 EtcdClient::EtcdClient(std::shared_ptr<grpc::Channel> channel, std::string where,

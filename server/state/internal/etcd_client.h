@@ -4,6 +4,11 @@
 // The etcd v3 API as the etcd KvStore uses it: one gRPC channel over every member (round_robin,
 // so a dead member is skipped; members forward writes to the leader), unary calls with the
 // store's deadline, and the watch stream.
+//
+// Over TLS (EtcdTls) a member is believed when its certificate chains to the etcd CA and names
+// (DNS or IP SAN) one of the endpoints as given or as resolved: one channel serves every member,
+// so it cannot check each connection against its own endpoint's name; any member's certificate
+// on another member's address proves nothing an attacker could use, since only members hold them.
 
 #include <memory>
 #include <string>
@@ -15,6 +20,7 @@
 #include "absl/time/time.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/state/etcd_kv_store.h"
 
 namespace zerod::server::internal {
 
@@ -32,7 +38,10 @@ class EtcdClient {
   // `endpoints` are "host:port"; a host name is resolved to IPv4 here. INVALID_ARGUMENT or
   // UNAVAILABLE when an endpoint cannot be used.
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(
-      const std::vector<std::string>& endpoints, absl::Duration request_timeout);
+      const std::vector<std::string>& endpoints, absl::Duration request_timeout,
+      const EtcdTls& tls = {});
+  // The same, with `options`' endpoints, request timeout and TLS.
+  static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(const EtcdOptions& options);
 
   grpc::Status Range(const etcdserverpb::RangeRequest& request,
                      etcdserverpb::RangeResponse* response) const;

@@ -342,13 +342,13 @@ TEST(ForwardingServer, TheCallersMetadataGoesOnWithTheAddedButNoClaimToBeACluste
   RecordingLeader leader;
   ForwardingOptions options;
   options.added_metadata = {{rpc::kForwardedViaMetadata, "unix"},
-                            {rpc::kClusterSecretMetadata, "s3cret"}};
+                            {rpc::kNodeAddressMetadata, "10.0.0.7"}};
   Follower follower(leader.endpoint(), options);
   auto inspect = v1::Inspect::NewStub(follower.Channel());
   grpc::ClientContext context;
   context.AddMetadata(rpc::kJobTokenMetadata, "the-token");
   context.AddMetadata(rpc::kForwardedViaMetadata, "forged");
-  context.AddMetadata(rpc::kClusterSecretMetadata, "forged");
+  context.AddMetadata(rpc::kNodeAddressMetadata, "forged");
   context.AddMetadata("x-trace-bin", std::string("\x00\xff", 2));
   v1::DescribeJobRequest request;
   request.set_job_id("j");
@@ -369,7 +369,7 @@ TEST(ForwardingServer, TheCallersMetadataGoesOnWithTheAddedButNoClaimToBeACluste
   };
   EXPECT_EQ(only(rpc::kJobTokenMetadata), "the-token");
   EXPECT_EQ(only(rpc::kForwardedViaMetadata), "unix");
-  EXPECT_EQ(only(rpc::kClusterSecretMetadata), "s3cret");
+  EXPECT_EQ(only(rpc::kNodeAddressMetadata), "10.0.0.7");
   EXPECT_EQ(only("x-trace-bin"), std::string("\x00\xff", 2));
   EXPECT_EQ(follower.server().forwarded_calls(), 1);
 }

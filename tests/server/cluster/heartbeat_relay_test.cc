@@ -72,7 +72,7 @@ Answered Beat(HeartbeatRelay& relay, const std::string& job, int64_t rank) {
 std::unique_ptr<HeartbeatRelay> RelayTo(const LeaderProcess& leader) {
   return std::make_unique<HeartbeatRelay>(
       grpc::CreateChannel(leader.tcp_endpoint(), grpc::InsecureChannelCredentials()), "node-0",
-      "node-1", std::vector<std::pair<std::string, std::string>>{}, kInterval);
+      "node-1", kInterval);
 }
 
 TEST(HeartbeatRelay, ManyRanksHeartbeatsReachTheLeaderInOneCallPerInterval) {
@@ -127,7 +127,8 @@ TEST(HeartbeatRelay, TheLeadersRefusalOfARankIsPassedOnAndALeaderGoneIsNamed) {
 }
 
 TEST(HeartbeatRelay, OnlyTheClustersMembersMayRelayHeartbeats) {
-  // With authentication on, a NodeHeartbeat without the cluster's secret is refused whole.
+  // With authentication on, a NodeHeartbeat from a caller without a member's certificate is
+  // refused whole.
   LeaderProcess leader(std::vector<std::string>{});
   auto relay = RelayTo(leader);
   const Answered refused = Beat(*relay, "any", 0);
