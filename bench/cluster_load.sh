@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # cluster_load: the coordinator on etcd against the coordinator on SQLite, beside etcd's own write
 # rate, all in one run on this machine (issue 13's benchmark):
-#   1. a 3-member etcd on loopback ports; etcd's put rate (build/bin/etcd_put_rate), the peer;
+#   1. a 3-member etcd on loopback ports, secured as docs/operators.md says (TLS on the client and
+#      peer ports with certificates required, authentication on: deploy/etcd/certs.sh and
+#      auth.sh); etcd's put rate as zerod's etcd user (build/bin/etcd_put_rate), the peer;
 #   2. one zerod on SQLite, N simulated ranks joining one job, getting the plan and heartbeating
 #      (build/bin/coordinator_load);
-#   3. D zerods on that etcd (one leads, the others forward to it), the same N ranks spread over
+#   3. D zerods on that etcd (one leads, the others forward to it over mutual TLS), the same N
+#      ranks spread over
 #      their sockets, while bench/load_sampler.py samples every zerod's CPU and memory and every
 #      etcd member's counters (write transactions, bytes in, CPU): what each phase (join+plan,
 #      heartbeats, leave) put on each daemon and on etcd.
@@ -33,7 +36,8 @@ done
 for b in zerod coordinator_load etcd_put_rate; do
   [ -x build/bin/$b ] || { echo "cluster_load: build first (scripts/build.sh)" >&2; exit 1; }
 done
-command -v etcd >/dev/null || { echo "cluster_load: needs etcd (scripts/setup.sh)" >&2; exit 1; }
+command -v etcd >/dev/null && command -v etcdctl >/dev/null ||
+  { echo "cluster_load: needs etcd and etcdctl (scripts/setup.sh)" >&2; exit 1; }
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -46,32 +50,51 @@ cleanup() {
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# 0. Certificates, as docs/operators.md makes them: etcd's CA (its members, root, zerod) and the
+# zerod cluster's (its members).
+pki=$work/pki
+certs=deploy/etcd/certs.sh
+sh $certs ca "$pki" etcd-ca
+sh $certs issue "$pki" etcd-ca etcd-member etcd IP:127.0.0.1
+sh $certs issue "$pki" etcd-ca root root
+sh $certs issue "$pki" etcd-ca zerod zerod
+sh $certs ca "$pki" cluster-ca
+sh $certs issue "$pki" cluster-ca member zerod-member IP:127.0.0.1
+etcd_flags=(--etcd-ca "$pki/etcd-ca.pem" --etcd-cert "$pki/zerod.pem" --etcd-key "$pki/zerod.key")
+
 # 1. etcd: three members, then its own put rate.
-cluster="" endpoints=""
-declare -a client_ports peer_ports
+cluster="" endpoints="" urls=""
+declare -a client_ports peer_ports metrics_ports
 for i in 0 1 2; do
-  client_ports[$i]=$(free_port) peer_ports[$i]=$(free_port)
-  cluster+="${cluster:+,}m$i=http://127.0.0.1:${peer_ports[$i]}"
+  client_ports[$i]=$(free_port) peer_ports[$i]=$(free_port) metrics_ports[$i]=$(free_port)
+  cluster+="${cluster:+,}m$i=https://127.0.0.1:${peer_ports[$i]}"
   endpoints+="${endpoints:+,}127.0.0.1:${client_ports[$i]}"
+  urls+="${urls:+,}https://127.0.0.1:${client_ports[$i]}"
 done
 for i in 0 1 2; do
-  # A job's formation is one transaction holding every member (README "zerod on etcd"): etcd's
-  # defaults (128 operations, 1.5 MiB per request) are raised as that section says.
+  # A job's formation is one transaction holding every member (docs/operators.md, "etcd limits"):
+  # etcd's defaults (128 operations, 1.5 MiB per request) are raised as that section says.
   etcd --name m$i --data-dir "$work/etcd$i" --log-level error \
     --max-txn-ops 262144 --max-request-bytes 33554432 \
-    --listen-client-urls http://127.0.0.1:${client_ports[$i]} \
-    --advertise-client-urls http://127.0.0.1:${client_ports[$i]} \
-    --listen-peer-urls http://127.0.0.1:${peer_ports[$i]} \
-    --initial-advertise-peer-urls http://127.0.0.1:${peer_ports[$i]} \
+    --listen-client-urls https://127.0.0.1:${client_ports[$i]} \
+    --advertise-client-urls https://127.0.0.1:${client_ports[$i]} \
+    --listen-peer-urls https://127.0.0.1:${peer_ports[$i]} \
+    --initial-advertise-peer-urls https://127.0.0.1:${peer_ports[$i]} \
+    --listen-metrics-urls http://127.0.0.1:${metrics_ports[$i]} \
+    --cert-file "$pki/etcd-member.pem" --key-file "$pki/etcd-member.key" \
+    --trusted-ca-file "$pki/etcd-ca.pem" --client-cert-auth \
+    --peer-cert-file "$pki/etcd-member.pem" --peer-key-file "$pki/etcd-member.key" \
+    --peer-trusted-ca-file "$pki/etcd-ca.pem" --peer-client-cert-auth \
     --initial-cluster "$cluster" --initial-cluster-state new >"$work/etcd$i.log" 2>&1 &
   pids+=($!)
 done
-for _ in $(seq 100); do
-  build/bin/etcd_put_rate --endpoints "$endpoints" --threads 1 --seconds 0.05 >/dev/null 2>&1 && break
-  sleep 0.2
-done
-echo "== etcd's own put rate (3 members, 8 threads)"
-build/bin/etcd_put_rate --endpoints "$endpoints" --threads 8 --seconds 3 | tee "$work/etcd.json"
+as_root=(env ETCDCTL_API=3 ETCDCTL_ENDPOINTS="$urls" ETCDCTL_CACERT="$pki/etcd-ca.pem"
+         ETCDCTL_CERT="$pki/root.pem" ETCDCTL_KEY="$pki/root.key")
+for _ in $(seq 100); do "${as_root[@]}" etcdctl endpoint health >/dev/null 2>&1 && break; sleep 0.2; done
+"${as_root[@]}" sh deploy/etcd/auth.sh /zerod-bench/ >/dev/null
+echo "== etcd's own put rate (3 members, 8 threads, as zerod's user over TLS)"
+build/bin/etcd_put_rate --endpoints "$endpoints" --threads 8 --seconds 3 \
+  --prefix /zerod-bench/put-rate/ "${etcd_flags[@]}" | tee "$work/etcd.json"
 
 start_zerod() {  # name, extra flags...
   local name=$1
@@ -99,7 +122,9 @@ url="etcd://$endpoints/zerod-bench/"
 sampled=()
 sockets=""
 for ((n = 0; n < daemons; n++)); do
-  start_zerod n$n --store "$url" --listen 127.0.0.1:0 --node n$n --etcd-max-txn-ops 262144
+  start_zerod n$n --store "$url" --listen 127.0.0.1:0 --node n$n --etcd-max-txn-ops 262144 \
+    "${etcd_flags[@]}" --tls-cert "$pki/member.pem" --tls-key "$pki/member.key" \
+    --cluster-ca "$pki/cluster-ca.pem"
   sampled+=(--pid "n$n=${pids[-1]}")
   sockets+="${sockets:+,}unix://$work/n$n.sock"
   if [ $n -eq 0 ]; then
@@ -110,7 +135,7 @@ done
 for ((n = 1; n < daemons; n++)); do
   for _ in $(seq 300); do grep -q "follows the cluster's leader" "$work/n$n.log" && break; sleep 0.1; done
 done
-for i in 0 1 2; do sampled+=(--etcd "etcd$i=127.0.0.1:${client_ports[$i]}"); done
+for i in 0 1 2; do sampled+=(--etcd "etcd$i=127.0.0.1:${metrics_ports[$i]}"); done
 python3 bench/load_sampler.py --out "$work/samples.jsonl" --every 0.25 "${sampled[@]}" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$work/samples.jsonl" ] && break; sleep 0.1; done

@@ -237,10 +237,11 @@ def test_the_pod_has_resources_and_time_to_drain(daemon):
     assert pod["spec"]["terminationGracePeriodSeconds"] > drain + 5
 
 
-def unit():
+def unit_file(name):
+    """A systemd unit file of deploy/ as {section: {key: [its values, in order]}}."""
     sections = {}
     current = None
-    with open(os.path.join(DEPLOY, "zerod.service")) as f:
+    with open(os.path.join(DEPLOY, name)) as f:
         for line in f:
             line = line.strip()
             if not line or line.startswith("#"):
@@ -249,8 +250,13 @@ def unit():
                 current = sections.setdefault(line.strip("[]"), {})
                 continue
             key, _, value = line.partition("=")
-            current[key] = value
+            current.setdefault(key, []).append(value)
     return sections
+
+
+def unit():
+    return {section: {key: values[-1] for key, values in keys.items()}
+            for section, keys in unit_file("zerod.service").items()}
 
 
 def unit_exec_args():
@@ -311,18 +317,31 @@ def test_the_container_runs_the_binary_the_manifest_and_unit_expect():
         assert cmd[flag] == unit_args[flag], flag
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
-def test_systemd_analyze_verify_finds_nothing_in_the_unit():
-    # verify checks that ExecStart's binary exists: point it at the built one.
+def systemd_verify(dropins=()):
+    """`systemd-analyze verify` of the unit with the drop-ins named (files of deploy/, put in
+    zerod.service.d/), ExecStart pointed at the built zerod (verify checks that it exists): its
+    exit code and the lines about the unit."""
+    built = os.path.abspath(ZEROD)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "zerod.service")
-        with open(os.path.join(DEPLOY, "zerod.service")) as f:
-            text = f.read().replace("/usr/local/bin/zerod", os.path.abspath(ZEROD))
-        with open(path, "w") as f:
-            f.write(text)
+        files = [("zerod.service", path)]
+        if dropins:
+            os.mkdir(path + ".d")
+            files += [(name, os.path.join(path + ".d", name)) for name in dropins]
+        for name, target in files:
+            with open(os.path.join(DEPLOY, name)) as f:
+                text = f.read().replace("/usr/local/bin/zerod", built)
+            with open(target, "w") as f:
+                f.write(text)
         r = subprocess.run(["systemd-analyze", "verify", path], capture_output=True, text=True)
         complaints = [line for line in (r.stdout + r.stderr).splitlines() if "zerod.service" in line]
-        assert r.returncode == 0 and not complaints, r.stdout + r.stderr
+        return r.returncode, complaints, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_analyze_verify_finds_nothing_in_the_unit():
+    code, complaints, out = systemd_verify()
+    assert code == 0 and not complaints, out
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
