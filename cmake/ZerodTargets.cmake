@@ -36,8 +36,13 @@ endfunction()
 set(ZEROD_TEST_CONFIG_HOME ${CMAKE_BINARY_DIR}/tests/config)
 
 # zerod_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary whose cases ctest lists.
+# SINGLE_THREADED: the code under test runs on the caller's thread alone, so ThreadSanitizer has
+# nothing to check there and a TSan build leaves the test out (ASan and the plain build run it).
 function(zerod_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "SINGLE_THREADED" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(ARG_SINGLE_THREADED AND ZEROD_SANITIZE MATCHES "thread")
+    return()
+  endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   zerod_warnings(${name})
