@@ -6,7 +6,11 @@
 // bf16 and fp16 gradients with the copy of that dtype (16-bit g read and 16-bit copy written: 26
 // bytes). The two limits differ: the copy is a store to lines not otherwise read, which the core
 // reads first (write-allocate), so the 16-bit pattern moves more than the 26 bytes it counts.
-// Beside torch.optim.Adam (foreach) when python3-torch is installed.
+// The "groups" rows run the same step as the model's tensors with two parameter groups (weights
+// with weight decay, biases and norms without, as GPT recipes have them): the elements cut into
+// the runs of a GPT-2 layer's tensors, alternating between two sets of scalars, so the cost of
+// per-group hyperparameters shows beside the single run. Beside torch.optim.Adam (foreach) when
+// python3-torch is installed.
 //
 //   build/bin/adam_bench [--sizes 24,26] [--threads 1,2] [--repeat 5] [--isa avx2,avx512]
 //
@@ -161,16 +165,50 @@ std::vector<optim::Isa> ParseIsas(const char* text) {
   return out;
 }
 
-// The step's rows: a gradient dtype and the copy, if any, with the bytes each parameter moves.
+// The step's rows: a gradient dtype and the copy, if any, with the bytes each parameter moves;
+// `groups`: the elements as a GPT layer's tensors in two parameter groups.
 struct Variant {
   const char* name;
   DType grad;
   bool copy;  // a low-precision copy of the gradient's dtype
   double bytes;
+  bool groups;
 };
-constexpr Variant kVariants[] = {{"fp32", DType::kFloat32, false, 28.0},
-                                 {"bf16+copy", DType::kBFloat16, true, 26.0},
-                                 {"fp16+copy", DType::kFloat16, true, 26.0}};
+constexpr Variant kVariants[] = {{"fp32", DType::kFloat32, false, 28.0, false},
+                                 {"fp32 groups", DType::kFloat32, false, 28.0, true},
+                                 {"bf16+copy", DType::kBFloat16, true, 26.0, false},
+                                 {"bf16 groups", DType::kBFloat16, true, 26.0, true},
+                                 {"fp16+copy", DType::kFloat16, true, 26.0, false}};
+
+// `whole` cut into GPT-2 (d = 768) layers' tensors, repeated to its end: attention qkv, proj,
+// MLP fc, proj (weights in group 0, with weight decay; their biases and the two LayerNorms' in
+// group 1), each run with its group's scalars.
+std::vector<optim::AdamRun> GptRuns(const optim::AdamShard& whole, int64_t step) {
+  constexpr int64_t d = 768;
+  const int64_t layer[] = {3 * d * d, 3 * d, d * d, d, d, d, 4 * d * d, 4 * d, 4 * d * d, d, d, d};
+  const bool decayed[] = {true, false, true, false, false, false,
+                          true, false, true, false, false, false};
+  const optim::AdamScalars k[] = {
+      optim::MakeAdamScalars(optim::AdamConfig{3e-4, 0.9, 0.95, 1e-8, 0.1, true}, step),
+      optim::MakeAdamScalars(optim::AdamConfig{3e-4, 0.9, 0.95, 1e-8, 0.0, true}, step)};
+  const int64_t grad_bytes = DTypeBytes(whole.grad_dtype);
+  std::vector<optim::AdamRun> runs;
+  for (int64_t at = 0, t = 0; at < whole.numel; ++t) {
+    const size_t j = static_cast<size_t>(t % 12);
+    optim::AdamShard part = whole;
+    part.param += at;
+    part.exp_avg += at;
+    part.exp_avg_sq += at;
+    part.grad = static_cast<const char*>(whole.grad) + at * grad_bytes;
+    if (whole.low_precision != nullptr) {
+      part.low_precision = static_cast<uint16_t*>(whole.low_precision) + at;
+    }
+    part.numel = std::min(layer[j], whole.numel - at);
+    runs.push_back({part, k[decayed[j] ? 0 : 1]});
+    at += part.numel;
+  }
+  return runs;
+}
 
 }  // namespace
 
@@ -203,7 +241,7 @@ int main(int argc, char** argv) {
       "adam_bench: kernels %s; bytes/param: fp32 28 (p,g,m,v read; p,m,v written), 16-bit grads + "
       "16-bit copy 26; each against the same-pattern limit; best of %ld\n",
       absl::StrJoin(isa_names, ", ").c_str(), static_cast<long>(repeat));
-  std::printf("%-7s %-6s %-7s %-10s %10s %8s %11s %9s\n", "isa", "size", "threads", "grads",
+  std::printf("%-7s %-6s %-7s %-12s %10s %8s %11s %9s\n", "isa", "size", "threads", "grads",
               "Gparams/s", "GB/s", "limit GB/s", "of limit");
   for (int64_t log2 : sizes) {
     const int64_t n = int64_t{1} << log2;
@@ -248,8 +286,14 @@ int main(int argc, char** argv) {
               shard.low_precision_dtype = variant.grad;
             }
             const optim::AdamScalars k = optim::MakeAdamScalars(optim::AdamConfig{}, ++step);
-            best_step[j] =
-                std::min(best_step[j], Seconds([&] { optim::AdamStep(shard, k, isa, &pool); }));
+            if (variant.groups) {
+              const std::vector<optim::AdamRun> runs = GptRuns(shard, step);
+              best_step[j] =
+                  std::min(best_step[j], Seconds([&] { optim::AdamStep(runs, isa, &pool); }));
+            } else {
+              best_step[j] =
+                  std::min(best_step[j], Seconds([&] { optim::AdamStep(shard, k, isa, &pool); }));
+            }
           }
         }
         for (size_t j = 0; j < std::size(kVariants); ++j) {
@@ -258,7 +302,7 @@ int main(int argc, char** argv) {
           const double limit =
               variant.bytes * per_param / (variant.copy ? best_limit16 : best_limit32);
           const double gbs = variant.bytes * per_param / best_step[j];
-          std::printf("%-7s 2^%-4ld %-7ld %-10s %10.3f %8.2f %11.2f %8.0f%%\n",
+          std::printf("%-7s 2^%-4ld %-7ld %-12s %10.3f %8.2f %11.2f %8.0f%%\n",
                       std::string(optim::IsaName(isa)).c_str(), static_cast<long>(log2),
                       static_cast<long>(t), variant.name, per_param / best_step[j], gbs, limit,
                       100.0 * gbs / limit);

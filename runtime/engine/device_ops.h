@@ -37,8 +37,8 @@ class DeviceOps {
   // Adds the squares of n elements to *sum and notes any inf or NaN (synchronous).
   virtual absl::Status SumSquares(DType dtype, const void* p, int64_t n, double* sum,
                                   bool* nonfinite) = 0;
-  virtual absl::Status Adam(const std::vector<optim::AdamShard>& shards,
-                            const optim::AdamScalars& scalars) = 0;
+  // The optimizer step on every run, each with its own scalars (optim::AdamStep).
+  virtual absl::Status Adam(const std::vector<optim::AdamRun>& runs) = 0;
   // Waits for everything queued (device work before the host reads or a collective).
   virtual absl::Status Synchronize() = 0;
 };

@@ -61,17 +61,15 @@ class Host final : public DeviceOps {
     }
     return absl::OkStatus();
   }
-  absl::Status Adam(const std::vector<optim::AdamShard>& shards,
-                    const optim::AdamScalars& scalars) override {
-    for (const optim::AdamShard& s : shards) {
-      optim::AdamStep(s, scalars, optim::BestIsa(), pool_.get());
-    }
+  absl::Status Adam(const std::vector<optim::AdamRun>& runs) override {
+    optim::AdamStep(runs, isa_, pool_.get());
     return absl::OkStatus();
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
  private:
   std::shared_ptr<ThreadPool> pool_;
+  const optim::Isa isa_ = optim::BestIsa();
 };
 
 }  // namespace

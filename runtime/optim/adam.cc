@@ -1,5 +1,6 @@
 #include "runtime/optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/common/cpu_features.h"
@@ -51,16 +52,54 @@ std::vector<Isa> AvailableIsas() {
 
 Isa BestIsa() { return AvailableIsas().back(); }
 
+namespace {
+
+using Kernel = void (*)(const AdamShard&, const AdamScalars&, int64_t, int64_t);
+
+Kernel KernelFor(Isa isa) {
+  if (isa == Isa::kAvx2) return internal::AdamAvx2;
+  if (isa == Isa::kAvx512) return internal::AdamAvx512;
+  return internal::AdamScalar;
+}
+
+// Below this many elements a step runs on the caller's thread: waking the pool costs more.
+constexpr int64_t kParallelNumel = int64_t{1} << 16;
+
+}  // namespace
+
 void AdamStep(const AdamShard& shard, const AdamScalars& scalars, Isa isa, ThreadPool* pool) {
-  auto kernel = internal::AdamScalar;
-  if (isa == Isa::kAvx2) kernel = internal::AdamAvx2;
-  if (isa == Isa::kAvx512) kernel = internal::AdamAvx512;
+  const Kernel kernel = KernelFor(isa);
   // Chunks are multiples of 64 elements, so every ISA sees the same element boundaries.
   auto run = [&](int64_t begin, int64_t end) { kernel(shard, scalars, begin, end); };
-  if (pool == nullptr || shard.numel < (int64_t{1} << 16)) {
+  if (pool == nullptr || shard.numel < kParallelNumel) {
     run(0, shard.numel);
   } else {
     pool->ParallelFor(shard.numel, 64, run);
+  }
+}
+
+void AdamStep(const std::vector<AdamRun>& runs, Isa isa, ThreadPool* pool) {
+  const Kernel kernel = KernelFor(isa);
+  // The runs laid end to end: run r holds elements [start[r], start[r + 1]).
+  std::vector<int64_t> start(runs.size() + 1, 0);
+  for (size_t r = 0; r < runs.size(); ++r) start[r + 1] = start[r] + runs[r].shard.numel;
+  const int64_t total = start.back();
+  // Each element's result depends on nothing but its own inputs and its run's scalars, so how
+  // the elements are cut between threads changes no bit.
+  auto range = [&](int64_t begin, int64_t end) {
+    size_t r =
+        static_cast<size_t>(std::upper_bound(start.begin(), start.end(), begin) - start.begin()) -
+        1;
+    for (; r < runs.size() && start[r] < end; ++r) {
+      const int64_t first = std::max(begin, start[r]) - start[r];
+      const int64_t last = std::min(end, start[r + 1]) - start[r];
+      if (first < last) kernel(runs[r].shard, runs[r].scalars, first, last);
+    }
+  };
+  if (pool == nullptr || total < kParallelNumel) {
+    range(0, total);
+  } else {
+    pool->ParallelFor(total, 64, range);
   }
 }
 

@@ -62,6 +62,17 @@ Isa BestIsa();
 void AdamStep(const AdamShard& shard, const AdamScalars& scalars, Isa isa,
               ThreadPool* pool = nullptr);
 
+// A shard and the scalars of its step. A step over parameter groups with their own
+// hyperparameters, or over tensors at different step counts, is a list of runs: one per stretch
+// of elements that share their scalars.
+struct AdamRun {
+  AdamShard shard;
+  AdamScalars scalars;
+};
+// Runs the step on every run, as AdamStep on each would; the pool's threads share the runs'
+// elements, so many small runs keep them as busy as one large run of the same size.
+void AdamStep(const std::vector<AdamRun>& runs, Isa isa, ThreadPool* pool = nullptr);
+
 namespace internal {
 // Per-ISA kernels over elements [begin, end) of the shard.
 void AdamScalar(const AdamShard& s, const AdamScalars& k, int64_t begin, int64_t end);

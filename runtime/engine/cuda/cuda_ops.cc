@@ -77,9 +77,8 @@ class Cuda final : public DeviceOps {
     *sum += local;
     return absl::OkStatus();
   }
-  absl::Status Adam(const std::vector<optim::AdamShard>& shards,
-                    const optim::AdamScalars& scalars) override {
-    return optim::cuda::AdamStep(shards, scalars, stream_);
+  absl::Status Adam(const std::vector<optim::AdamRun>& runs) override {
+    return optim::cuda::AdamStep(runs, stream_);
   }
   absl::Status Synchronize() override {
     ZEROD_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -1,6 +1,5 @@
 #include "runtime/optim/cuda/adam_cuda.h"
 
-#include "absl/strings/str_cat.h"
 #include "runtime/common/cuda/cuda_check.h"
 #include "runtime/optim/cuda/adam_kernels.h"
 
@@ -12,39 +11,50 @@ kernels::Scalars ToDevice(const AdamScalars& k) {
           k.eps,   k.weight_decay,    k.decay_factor, k.grad_multiplier};
 }
 
+bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
 }  // namespace
 
-absl::Status AdamStep(const std::vector<AdamShard>& shards, const AdamScalars& scalars,
-                      cudaStream_t stream) {
+absl::Status AdamStep(const std::vector<AdamRun>& runs, cudaStream_t stream) {
+  static_assert(kMaxShardsPerLaunch == kernels::kMaxShards);
   constexpr int64_t kPerBlock = kernels::kThreads * kernels::kPerThread;
-  for (size_t first = 0; first < shards.size(); first += kernels::kMaxShards) {
+  for (size_t first = 0; first < runs.size(); first += kernels::kMaxShards) {
     kernels::AdamLaunch launch{};
-    launch.k = ToDevice(scalars);
     launch.count = 0;
-    for (size_t i = first; i < shards.size() && launch.count < kernels::kMaxShards; ++i) {
-      const AdamShard& s = shards[i];
-      if (i > first && (s.grad_dtype != shards[first].grad_dtype ||
-                        s.low_precision_dtype != shards[first].low_precision_dtype)) {
-        return absl::InvalidArgumentError("cuda adam: shards of one step must share dtypes");
+    for (size_t i = first; i < runs.size() && launch.count < kernels::kMaxShards; ++i) {
+      const AdamShard& s = runs[i].shard;
+      if (i > first && (s.grad_dtype != runs[first].shard.grad_dtype ||
+                        s.low_precision_dtype != runs[first].shard.low_precision_dtype)) {
+        return absl::InvalidArgumentError("cuda adam: runs of one step must share dtypes");
       }
-      if ((reinterpret_cast<uintptr_t>(s.param) | reinterpret_cast<uintptr_t>(s.exp_avg) |
-           reinterpret_cast<uintptr_t>(s.exp_avg_sq)) %
-              16 !=
-          0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cuda adam: shard ", i, " is not 16-byte aligned"));
-      }
-      launch.shards[launch.count] = {s.param, s.exp_avg,       s.exp_avg_sq,
-                                     s.grad,  s.low_precision, s.numel};
+      const uintptr_t grad_bytes = s.grad_dtype == DType::kFloat32 ? 16 : 8;
+      const bool vector = Aligned(s.param, 16) && Aligned(s.exp_avg, 16) &&
+                          Aligned(s.exp_avg_sq, 16) && Aligned(s.grad, grad_bytes);
+      launch.shards[launch.count] = {s.param,
+                                     s.exp_avg,
+                                     s.exp_avg_sq,
+                                     s.grad,
+                                     s.low_precision,
+                                     s.numel,
+                                     ToDevice(runs[i].scalars),
+                                     vector ? 1 : 0};
       launch.block_start[launch.count + 1] =
           launch.block_start[launch.count] + (s.numel + kPerBlock - 1) / kPerBlock;
       ++launch.count;
     }
-    launch.grad_dtype = static_cast<int>(shards[first].grad_dtype);
-    launch.low_dtype = static_cast<int>(shards[first].low_precision_dtype);
+    launch.grad_dtype = static_cast<int>(runs[first].shard.grad_dtype);
+    launch.low_dtype = static_cast<int>(runs[first].shard.low_precision_dtype);
     ZEROD_CUDA_CHECK(kernels::LaunchAdam(launch, stream));
   }
   return absl::OkStatus();
+}
+
+absl::Status AdamStep(const std::vector<AdamShard>& shards, const AdamScalars& scalars,
+                      cudaStream_t stream) {
+  std::vector<AdamRun> runs;
+  runs.reserve(shards.size());
+  for (const AdamShard& s : shards) runs.push_back({s, scalars});
+  return AdamStep(runs, stream);
 }
 
 absl::Status UnscaleAndCheck(void* grad, DType dtype, int64_t numel, float scale,

@@ -18,9 +18,13 @@
 
 namespace zerod::optim::cuda {
 
-// Launches Adam over every shard (device pointers; each shard's numel a multiple of 4 except the
-// last, pointers 16-byte aligned). At most kMaxShardsPerLaunch shards per launch; more are split.
-inline constexpr int kMaxShardsPerLaunch = 48;
+// Launches Adam over every run, each with its own scalars (device pointers; the runs of one call
+// share their gradient and copy dtypes). A run whose streams are 16-byte aligned (8 bytes for
+// 16-bit gradients) is read four elements at a time, any other element by element; the results
+// are the same. At most kMaxShardsPerLaunch runs per launch; more are split.
+inline constexpr int kMaxShardsPerLaunch = 32;
+absl::Status AdamStep(const std::vector<AdamRun>& runs, cudaStream_t stream);
+// Every shard with the same scalars.
 absl::Status AdamStep(const std::vector<AdamShard>& shards, const AdamScalars& scalars,
                       cudaStream_t stream);
 

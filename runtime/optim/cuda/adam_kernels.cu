@@ -56,18 +56,19 @@ __global__ void AdamKernel(const AdamLaunch launch) {
   int s = 0;
   while (s + 1 < launch.count && launch.block_start[s + 1] <= blockIdx.x) ++s;
   const Shard& shard = launch.shards[s];
+  const Scalars& k = shard.k;
   const int64_t block = blockIdx.x - launch.block_start[s];
   const int64_t i = (block * kThreads + threadIdx.x) * kPerThread;
   if (i >= shard.numel) return;
-  if (i + kPerThread <= shard.numel) {
+  if (shard.vector && i + kPerThread <= shard.numel) {
     const float4 g = LoadGrad4(shard.grad, launch.grad_dtype, i);
     float4 p = reinterpret_cast<float4*>(shard.param)[i / 4];
     float4 m = reinterpret_cast<float4*>(shard.exp_avg)[i / 4];
     float4 v = reinterpret_cast<float4*>(shard.exp_avg_sq)[i / 4];
-    AdamOne(launch.k, g.x, p.x, m.x, v.x);
-    AdamOne(launch.k, g.y, p.y, m.y, v.y);
-    AdamOne(launch.k, g.z, p.z, m.z, v.z);
-    AdamOne(launch.k, g.w, p.w, m.w, v.w);
+    AdamOne(k, g.x, p.x, m.x, v.x);
+    AdamOne(k, g.y, p.y, m.y, v.y);
+    AdamOne(k, g.z, p.z, m.z, v.z);
+    AdamOne(k, g.w, p.w, m.w, v.w);
     reinterpret_cast<float4*>(shard.param)[i / 4] = p;
     reinterpret_cast<float4*>(shard.exp_avg)[i / 4] = m;
     reinterpret_cast<float4*>(shard.exp_avg_sq)[i / 4] = v;
@@ -79,9 +80,11 @@ __global__ void AdamKernel(const AdamLaunch launch) {
     }
     return;
   }
-  for (int64_t j = i; j < shard.numel; ++j) {  // the tail
+  // The tail, or a shard that starts between 16-byte boundaries: element by element.
+  const int64_t end = i + kPerThread < shard.numel ? i + kPerThread : shard.numel;
+  for (int64_t j = i; j < end; ++j) {
     float p = shard.param[j], m = shard.exp_avg[j], v = shard.exp_avg_sq[j];
-    AdamOne(launch.k, Load(shard.grad, launch.grad_dtype, j), p, m, v);
+    AdamOne(k, Load(shard.grad, launch.grad_dtype, j), p, m, v);
     shard.param[j] = p;
     shard.exp_avg[j] = m;
     shard.exp_avg_sq[j] = v;

@@ -22,9 +22,14 @@ struct Shard {
   const void* grad;
   void* low;  // may be null
   int64_t numel;
+  Scalars k;
+  // Every stream is aligned for 16-byte loads of four elements (8 bytes for 16-bit gradients);
+  // otherwise each thread steps its four elements one by one.
+  int vector;
 };
 
-constexpr int kMaxShards = 48;
+// Kept small enough that a launch's parameters stay within the classic 4 KiB kernel limit.
+constexpr int kMaxShards = 32;
 
 struct AdamLaunch {
   Shard shards[kMaxShards];
@@ -32,7 +37,6 @@ struct AdamLaunch {
   int count;
   int grad_dtype;
   int low_dtype;
-  Scalars k;
 };
 
 constexpr int kThreads = 256;

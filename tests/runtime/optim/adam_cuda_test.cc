@@ -115,6 +115,68 @@ TEST(AdamCuda, MatchesTheCpuKernelBitwise) {
   }
 }
 
+// Runs with their own scalars, cut from one buffer at every alignment (a tensor boundary falls
+// anywhere in a slice), more than one launch holds: each gives the CPU kernel's bits on that run.
+TEST(AdamCuda, RunsWithTheirOwnScalarsAtAnyAlignmentMatchTheCpuKernel) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<int64_t> lengths;
+  for (int64_t n = 1; n <= 40; ++n) lengths.push_back(n);
+  lengths.push_back(5000);
+  lengths.push_back(70001);
+  int64_t total = 0;
+  for (int64_t n : lengths) total += n;
+  const AdamScalars groups[] = {MakeAdamScalars({1e-2, 0.9, 0.99, 1e-8, 0.1, true}, 3, 0.5f),
+                                MakeAdamScalars({3e-2, 0.8, 0.95, 1e-6, 0.0, true}, 2, 0.5f),
+                                MakeAdamScalars({1e-3, 0.9, 0.999, 1e-8, 0.01, false}, 1, 0.5f)};
+  for (DType grad_dtype : {DType::kFloat32, DType::kBFloat16}) {
+    std::vector<float> p(total), m(total), v(total), g32(total);
+    std::vector<uint16_t> g16(total), low(total, 0);
+    for (int64_t i = 0; i < total; ++i) {
+      p[i] = normal(rng);
+      m[i] = normal(rng) * 0.1f;
+      v[i] = std::fabs(normal(rng)) * 0.01f;
+      g32[i] = normal(rng);
+      g16[i] = FloatToBf16(g32[i]);
+    }
+    float* dp = ToDevice(p);
+    float* dm = ToDevice(m);
+    float* dv = ToDevice(v);
+    uint16_t* dlow = ToDevice(low);
+    const void* dg = grad_dtype == DType::kFloat32 ? static_cast<const void*>(ToDevice(g32))
+                                                   : static_cast<const void*>(ToDevice(g16));
+    std::vector<AdamRun> device, host;
+    int64_t at = 0;
+    for (size_t r = 0; r < lengths.size(); ++r) {
+      const AdamScalars& k = groups[r % 3];
+      const int64_t bytes = DTypeBytes(grad_dtype);
+      const void* hg = grad_dtype == DType::kFloat32 ? static_cast<const void*>(g32.data())
+                                                     : static_cast<const void*>(g16.data());
+      device.push_back({{dp + at, dm + at, dv + at, static_cast<const char*>(dg) + at * bytes,
+                         grad_dtype, dlow + at, DType::kBFloat16, lengths[r]},
+                        k});
+      host.push_back(
+          {{p.data() + at, m.data() + at, v.data() + at, static_cast<const char*>(hg) + at * bytes,
+            grad_dtype, low.data() + at, DType::kBFloat16, lengths[r]},
+           k});
+      at += lengths[r];
+    }
+    ASSERT_TRUE(cuda::AdamStep(device, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (const AdamRun& run : host) AdamStep(run.shard, run.scalars, Isa::kScalar);
+    const size_t n = static_cast<size_t>(total);
+    EXPECT_EQ(ToHost(dp, n), p) << DTypeName(grad_dtype);
+    EXPECT_EQ(ToHost(dm, n), m);
+    EXPECT_EQ(ToHost(dv, n), v);
+    EXPECT_EQ(ToHost(dlow, n), low);
+    for (const void* d : {static_cast<const void*>(dp), static_cast<const void*>(dm),
+                          static_cast<const void*>(dv), static_cast<const void*>(dlow), dg}) {
+      cudaFree(const_cast<void*>(d));
+    }
+  }
+}
+
 TEST(AdamCuda, UnscaleNormAndCast) {
   SKIP_WITHOUT_DEVICE();
   std::vector<float> host(100000);

@@ -102,6 +102,63 @@ TEST(Adam, EveryIsaAndThreadCountMatchesScalarBitwise) {
   }
 }
 
+// A step over runs with their own scalars (parameter groups, tensors at other step counts) gives,
+// for every ISA and thread count, the bits of the scalar kernel run on each run alone: runs of
+// every length up to 70 and two larger ones, starting at every alignment, threads cutting across
+// run boundaries.
+TEST(Adam, RunsWithTheirOwnScalarsMatchEachRunSteppedAlone) {
+  std::vector<int64_t> lengths;
+  for (int64_t n = 1; n <= 70; ++n) lengths.push_back(n);
+  lengths.push_back(40000);
+  lengths.push_back(33333);
+  int64_t total = 0;
+  for (int64_t n : lengths) total += n;
+  const AdamScalars groups[] = {
+      MakeAdamScalars({1e-2, 0.9, 0.99, 1e-8, 0.1, true}, 3, 0.5f),
+      MakeAdamScalars({3e-2, 0.8, 0.95, 1e-6, 0.0, true}, 3, 0.5f),
+      MakeAdamScalars({1e-2, 0.9, 0.99, 1e-8, 0.1, true}, 1, 0.5f),  // a tensor stepped less
+      MakeAdamScalars({1e-3, 0.9, 0.999, 1e-8, 0.01, false}, 7, 0.5f)};
+  for (DType grad : {DType::kFloat32, DType::kBFloat16}) {
+    for (std::optional<DType> low : {std::optional<DType>(), std::optional<DType>(grad)}) {
+      const State input = MakeState(total, grad, 11);
+      // Run r: the next lengths[r] elements, with groups[r % 4].
+      auto runs_of = [&](State& s) {
+        const AdamShard whole = ShardOf(s, grad, low);
+        const int64_t bytes = DTypeBytes(grad);
+        std::vector<AdamRun> runs;
+        int64_t at = 0;
+        for (size_t r = 0; r < lengths.size(); ++r) {
+          AdamShard part = whole;
+          part.param += at;
+          part.exp_avg += at;
+          part.exp_avg_sq += at;
+          part.grad = static_cast<const char*>(whole.grad) + at * bytes;
+          if (low) part.low_precision = static_cast<uint16_t*>(whole.low_precision) + at;
+          part.numel = lengths[r];
+          runs.push_back({part, groups[r % 4]});
+          at += lengths[r];
+        }
+        return runs;
+      };
+      State reference = input;
+      for (const AdamRun& run : runs_of(reference)) AdamStep(run.shard, run.scalars, Isa::kScalar);
+      ThreadPool pool(3);
+      for (Isa isa : AvailableIsas()) {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          State s = input;
+          AdamStep(runs_of(s), isa, p);
+          const std::string where = absl::StrCat("isa=", std::string(IsaName(isa)),
+                                                 " grad=", DTypeName(grad), p ? " pooled" : "");
+          ASSERT_EQ(Bits(s.param), Bits(reference.param)) << where;
+          ASSERT_EQ(Bits(s.m), Bits(reference.m)) << where;
+          ASSERT_EQ(Bits(s.v), Bits(reference.v)) << where;
+          ASSERT_EQ(s.low, reference.low) << where;
+        }
+      }
+    }
+  }
+}
+
 // Float patterns where a conversion to bf16 or fp16 can slip: ties that round to even (down and
 // up), one unit either side, the largest finite values and those that round to infinity,
 // subnormals of both formats and of fp32, zeros and infinities.
