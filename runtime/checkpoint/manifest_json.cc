@@ -152,6 +152,18 @@ Manifest FromJson(const json& j) {
   if (m.step != m.counters.steps_taken) {
     throw BadField("step", "is not counters.steps_taken");
   }
+  // Absent from checkpoints written before tensors had their own step counts: every tensor is
+  // then at applied_steps.
+  if (c.contains("tensor_steps")) {
+    for (const json& steps : Array(c, "counters", "tensor_steps")) {
+      if (!steps.is_number_integer() || steps.get<int64_t>() < 0 ||
+          steps.get<int64_t>() > m.counters.applied_steps) {
+        throw BadField("counters.tensor_steps",
+                       "is not a list of integers from 0 to counters.applied_steps");
+      }
+      m.counters.tensor_steps.push_back(steps.get<int64_t>());
+    }
+  }
   m.world_size = NonNegative(j, "", "world_size");
   const int64_t stage = Int(j, "", "stage");
   if (stage < 0 || stage > 3) throw BadField("stage", "is not 0-3");
@@ -176,6 +188,11 @@ Manifest FromJson(const json& j) {
   }
   absl::Status layout_ok = plan::ValidatePlanInput({m.layout, plan::PlanOptions{}});
   if (!layout_ok.ok()) throw BadField("layout", std::string(layout_ok.message()));
+  if (!m.counters.tensor_steps.empty() && m.counters.tensor_steps.size() != m.layout.size()) {
+    throw BadField("counters.tensor_steps",
+                   absl::StrCat("has ", m.counters.tensor_steps.size(), " entries for ",
+                                m.layout.size(), " tensors"));
+  }
   m.layout_digest = String(j, "", "layout_digest");
   m.plan_digest = String(j, "", "plan_digest");
   m.total_numel = NonNegative(j, "", "total_numel");
@@ -214,7 +231,8 @@ std::string ManifestToJson(const Manifest& m) {
               {"steps_taken", m.counters.steps_taken},
               {"loss_scale", m.counters.loss_scaler.scale},
               {"clean_steps", m.counters.loss_scaler.clean_steps},
-              {"hysteresis_left", m.counters.loss_scaler.hysteresis_left}}},
+              {"hysteresis_left", m.counters.loss_scaler.hysteresis_left},
+              {"tensor_steps", m.counters.tensor_steps}}},
             {"world_size", m.world_size},
             {"stage", m.stage},
             {"param_dtype", std::string(DTypeName(m.param_dtype))},

@@ -81,8 +81,12 @@ absl::Status ZeroEngine::AllocateBuffers() {
       if (a.category == MemoryCategory::kGatherBuffers) gathers_.push_back({std::move(b)});
     }
   }
-  ZEROD_ASSIGN_OR_RETURN(totals_, Buffer::Allocate(ops_, DType::kFloat32, 2));
+  // Step's agreement: the overflow flag, the squared norm, then a flag per tensor.
+  const int64_t tensors = static_cast<int64_t>(plan_->tensors().size());
+  ZEROD_ASSIGN_OR_RETURN(totals_, Buffer::Allocate(ops_, DType::kFloat32, 2 + tensors));
   grad_seen_.assign(plan_->tensors().size(), false);
+  has_grad_.assign(plan_->tensors().size(), false);
+  tensor_steps_.assign(plan_->tensors().size(), 0);
   segments_.resize(plan_->segments().size());
   for (size_t k = 0; k < segments_.size(); ++k) {
     segments_[k].grads_pending = plan_->segments()[k].tensor_count;
@@ -500,14 +504,19 @@ absl::Status ZeroEngine::AccumulateGrad(int64_t tensor, const float* grad) {
                      "' given twice in one micro-step"));
   }
   grad_seen_[static_cast<size_t>(tensor)] = true;
+  if (grad != nullptr) has_grad_[static_cast<size_t>(tensor)] = true;
   const plan::TensorPlacement& place = plan_->placements()[static_cast<size_t>(tensor)];
   if (stage_ < 2) {
-    ZEROD_RETURN_IF_ERROR(
-        ops_->AddFloat(grad_dtype(), grads_.memory.at(place.flat_offset), grad, place.numel));
+    if (grad != nullptr) {
+      ZEROD_RETURN_IF_ERROR(
+          ops_->AddFloat(grad_dtype(), grads_.memory.at(place.flat_offset), grad, place.numel));
+    }
   } else {
     ZEROD_ASSIGN_OR_RETURN(BucketBuffer * bucket, BucketFor(place.segment));
-    ZEROD_RETURN_IF_ERROR(ops_->AddFloat(
-        grad_dtype(), bucket->buffer.memory.at(place.segment_offset), grad, place.numel));
+    if (grad != nullptr) {
+      ZEROD_RETURN_IF_ERROR(ops_->AddFloat(
+          grad_dtype(), bucket->buffer.memory.at(place.segment_offset), grad, place.numel));
+    }
     SegmentState& state = segments_[static_cast<size_t>(place.segment)];
     if (--state.grads_pending == 0) {
       // The bucket is full: reduce-scatter it while backward continues, or with the next ones.
@@ -528,99 +537,9 @@ absl::Status ZeroEngine::AccumulateGrad(int64_t tensor, const float* grad) {
 }
 
 absl::StatusOr<StepResult> ZeroEngine::Step(std::optional<double> lr) {
-  if (micro_steps_ != options_.accumulation_steps || grads_this_micro_ != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "engine: Step after ", micro_steps_, " complete micro-steps (and ", grads_this_micro_,
-        " gradients of the next); expected ", options_.accumulation_steps));
-  }
-  const DType gd = grad_dtype();
-  // Stage 3: the step changes the parameters.
-  ZEROD_RETURN_IF_ERROR(DropGatheredUnits());
-  // 1. Finish the reductions.
-  if (stage_ >= 2) {
-    for (BucketBuffer& bucket : buckets_) ZEROD_RETURN_IF_ERROR(FinishReduceScatter(bucket));
-  } else if (stage_ == 0) {
-    log_.Record("all_reduce", grads_.memory.numel(), gd);
-    ZEROD_RETURN_IF_ERROR(
-        Wait(comm_->AllReduce(grads_.memory.data(), grads_.memory.numel(), gd), WaitFor::kReduce));
-  } else {
-    // Every segment at once: one grouped collective, not one per segment.
-    ZEROD_RETURN_IF_ERROR(Wait(
-        comm_->ReduceScatterGroup(SegmentsOf(grads_, "reduce_scatter", gd), gd), WaitFor::kReduce));
-  }
-  const std::vector<plan::OwnedRange> ranges = plan_->OwnedRanges(rank_);
-  // 2. Overflow and the global norm, from this rank's reduced gradients.
-  const double scale = scaler_.scale();
-  const double mean = 1.0 / (scale * static_cast<double>(plan_->world_size()) *
-                             static_cast<double>(options_.accumulation_steps));
-  StepResult result;
-  result.loss_scale = scale;
-  double coefficient = 1.0;
-  if (options_.loss_scale.enabled || options_.max_grad_norm > 0) {
-    double sum_squares = 0;
-    bool overflow = false;
-    for (const plan::OwnedRange& r : ranges) {
-      ZEROD_RETURN_IF_ERROR(
-          ops_->SumSquares(gd, grads_.Slice(r), r.real_numel, &sum_squares, &overflow));
-    }
-    float totals[2] = {overflow ? 1.0f : 0.0f, static_cast<float>(sum_squares)};
-    if (stage_ > 0) {
-      // The sum goes through the communicator's memory (the GPU with NCCL).
-      ZEROD_RETURN_IF_ERROR(ops_->Upload(totals_.data(), totals, sizeof(totals)));
-      log_.Record("all_reduce", 2, DType::kFloat32);
-      ZEROD_RETURN_IF_ERROR(
-          Wait(comm_->AllReduce(totals_.data(), 2, DType::kFloat32), WaitFor::kReduce));
-      ZEROD_RETURN_IF_ERROR(ops_->Download(totals, totals_.data(), sizeof(totals)));
-    }
-    overflow = totals[0] > 0 || !std::isfinite(totals[1]);
-    result.grad_norm = std::sqrt(static_cast<double>(totals[1])) * mean;
-    if (!scaler_.Update(overflow)) {
-      // Skipped on every rank: they all saw the same totals.
-      ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
-      micro_steps_ = 0;
-      result.applied = false;
-      steps_taken_.fetch_add(1, std::memory_order_relaxed);
-      return result;
-    }
-    if (options_.max_grad_norm > 0 && result.grad_norm > 0) {
-      coefficient = std::min(1.0, options_.max_grad_norm / (result.grad_norm + 1e-6));
-    }
-  }
-  // 3. Adam on the owned shard.
-  optim::AdamConfig config = options_.adam;
-  if (lr) config.lr = *lr;
-  const int64_t step = ++step_;  // only the trainer's thread touches step_
-  const optim::AdamScalars k =
-      optim::MakeAdamScalars(config, step, static_cast<float>(mean * coefficient));
-  std::vector<optim::AdamShard> shards;
-  for (const plan::OwnedRange& r : ranges) {
-    optim::AdamShard shard;
-    shard.param = Master().F32Slice(r);
-    shard.exp_avg = exp_avg_.F32Slice(r);
-    shard.exp_avg_sq = exp_avg_sq_.F32Slice(r);
-    shard.grad = grads_.Slice(r);
-    shard.grad_dtype = gd;
-    if (mixed()) {
-      shard.low_precision = params_.Slice(r);
-      shard.low_precision_dtype = param_dtype();
-    }
-    shard.numel = r.numel;
-    shards.push_back(shard);
-  }
-  ZEROD_RETURN_IF_ERROR(ops_->Adam(shards, k));
-  // 4. Every rank gets the new parameters (stages 1-2).
-  ZEROD_RETURN_IF_ERROR(GatherParameters());
-  ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
-  ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
-  micro_steps_ = 0;
-  result.applied = true;
-  steps_taken_.fetch_add(1, std::memory_order_relaxed);
-  if (options_.check_store && options_.check_every > 0 && step % options_.check_every == 0) {
-    absl::Status check = log_.Compare(*options_.check_store, absl::StrCat("step-", step), rank_,
-                                      plan_->world_size(), options_.collective_timeout);
-    if (!check.ok()) return Blame(check, absl::OkStatus());
-  }
-  return result;
+  ParamGroups one{{options_.adam}, std::vector<int32_t>(plan_->tensors().size(), 0)};
+  if (lr) one.configs[0].lr = *lr;
+  return Step(one);
 }
 
 plan::MemoryBreakdown ZeroEngine::MemoryByCategory() const {
@@ -780,7 +699,7 @@ std::vector<ModelRun> ZeroEngine::SavedRuns() const {
 }
 
 TrainingCounters ZeroEngine::counters() const {
-  return {step_, steps_taken_.load(std::memory_order_relaxed), scaler_.state()};
+  return {step_, steps_taken_.load(std::memory_order_relaxed), scaler_.state(), tensor_steps_};
 }
 
 absl::Status ZeroEngine::ForEachHeld(
@@ -828,6 +747,19 @@ absl::Status ZeroEngine::FinishRestore(const TrainingCounters& counters) {
     return absl::FailedPreconditionError(
         "engine: a restore in the middle of a step (after backward, before Step)");
   }
+  const size_t tensors = plan_->tensors().size();
+  if (!counters.tensor_steps.empty() && counters.tensor_steps.size() != tensors) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: step counts of ",
+                                                   counters.tensor_steps.size(),
+                                                   " tensors restored into a model of ", tensors));
+  }
+  for (int64_t steps : counters.tensor_steps) {
+    if (steps < 0 || steps > counters.applied_steps) {
+      return absl::InvalidArgumentError(absl::StrCat("engine: a tensor step count of ", steps,
+                                                     " is outside [0, ", counters.applied_steps,
+                                                     "] (the applied steps)"));
+    }
+  }
   ZEROD_RETURN_IF_ERROR(DropGatheredUnits());
   if (mixed()) {
     // The low-precision parameters are the master copy rounded, as Adam writes them.
@@ -855,6 +787,11 @@ absl::Status ZeroEngine::FinishRestore(const TrainingCounters& counters) {
   step_ = counters.applied_steps;
   steps_taken_.store(counters.steps_taken, std::memory_order_relaxed);
   scaler_.set_state(counters.loss_scaler);
+  if (counters.tensor_steps.empty()) {
+    tensor_steps_.assign(tensors, counters.applied_steps);
+  } else {
+    tensor_steps_ = counters.tensor_steps;
+  }
   return absl::OkStatus();
 }
 

@@ -62,6 +62,10 @@ struct EngineOptions {
   LossScaleOptions loss_scale;
   double max_grad_norm = 0.0;  // 0: no clipping
   int64_t accumulation_steps = 1;
+  // true: the step's gradient is the mean over the micro-steps (DeepSpeed's convention); false:
+  // their sum, for a trainer that divides its loss by accumulation_steps itself (plain torch).
+  // Either way it is the mean over the ranks, as torch DDP's.
+  bool average_accumulation = true;
   int threads = 1;  // optimizer threads (host memory)
   // Where the buffers live: host memory by default; CudaOps (runtime/engine/cuda/) for a GPU,
   // with a communicator on device memory (NCCL) ordered after the ops' stream.
@@ -102,10 +106,23 @@ enum class StateTensor : int { kMaster = 0, kAdamM = 1, kAdamV = 2 };
 inline constexpr int kStateTensorCount = 3;
 // The counters a restored run continues from.
 struct TrainingCounters {
-  int64_t applied_steps = 0;  // Adam's bias correction counts these
+  int64_t applied_steps = 0;  // Step() calls that updated the parameters
   int64_t steps_taken = 0;    // applied or skipped
   LossScalerState loss_scaler;
+  // Per tensor, in model order: the steps that updated it, which Adam's bias correction counts (a
+  // tensor no rank gave a gradient is not stepped, as torch skips a parameter whose grad is None).
+  // Empty: every tensor at applied_steps.
+  std::vector<int64_t> tensor_steps;
 };
+
+// Parameter groups, as torch.optim has them: each with its own hyperparameters, read at every
+// Step (so a schedule may change any of them between steps).
+struct ParamGroups {
+  std::vector<optim::AdamConfig> configs;  // one per group
+  // Per tensor, in model order: its group (an index into configs), or kNotOptimized.
+  std::vector<int32_t> tensor_group;
+};
+inline constexpr int32_t kNotOptimized = -1;
 
 struct StepResult {
   bool applied = false;  // false: skipped on every rank (gradient overflow)
@@ -159,9 +176,22 @@ class ZeroEngine {
   absl::StatusOr<TensorView> Param(int64_t tensor);
   absl::Status ParamToFloat(int64_t tensor, float* out);
   // Adds a gradient (fp32, already multiplied by loss_scale(), in the engine's memory: a device
-  // pointer with CudaOps) for this micro-step.
+  // pointer with CudaOps) for this micro-step. grad == nullptr: this rank has no gradient for the
+  // tensor in this micro-step (torch left it None); it counts as zeros in the reduction, and
+  // where no rank gives one until the next Step, the tensor is not stepped (see ZeroGrad).
   absl::Status AccumulateGrad(int64_t tensor, const float* grad);
+  // One optimizer step with every tensor in one group of options.adam (lr overriding its lr).
   absl::StatusOr<StepResult> Step(std::optional<double> lr = std::nullopt);
+  // One optimizer step with each tensor's group's hyperparameters (INVALID_ARGUMENT naming the
+  // group or tensor at fault). Tensors to which no rank has given a gradient since the last
+  // ZeroGrad(set_to_none) are not stepped, and keep their step count. Step follows the
+  // accumulation_steps micro-steps, or none (torch's step() after zero_grad(): the gradients are
+  // zeros, or None).
+  absl::StatusOr<StepResult> Step(const ParamGroups& groups);
+  // torch's optimizer.zero_grad(): discards the gradients given since the last Step (waiting for
+  // the reductions in flight), so a Step now sees zeros. set_to_none also forgets which tensors
+  // had a gradient, as torch's grads set to None are. Between micro-steps only; no collective.
+  absl::Status ZeroGrad(bool set_to_none);
 
   // Memory held, by category, from the buffers' real sizes; equals the plan's MemoryForRank.
   plan::MemoryBreakdown MemoryByCategory() const;
@@ -291,6 +321,20 @@ class ZeroEngine {
   // Stages 1-2: every rank's slices of the parameters all-gathered into its full copy (after a
   // step or a restore); a no-op at the other stages.
   absl::Status GatherParameters();
+  // Step's parts (zero_engine_step.cc). Agreement: what every rank must see alike after the
+  // reduction, from one small all-reduce.
+  struct Agreement {
+    bool overflow = false;
+    double sum_squares = 0;            // of the reduced gradients, loss-scaled
+    std::vector<bool> tensor_stepped;  // some rank gave the tensor a gradient
+  };
+  absl::Status CheckGroups(const ParamGroups& groups) const;
+  absl::Status ReduceGradients();
+  absl::StatusOr<Agreement> Agree(bool need_norm);
+  // The Adam runs of this rank's slices: each tensor's part with its group's scalars at its own
+  // step count; runs of neighbouring tensors that share their scalars are merged.
+  std::vector<optim::AdamRun> AdamRuns(const ParamGroups& groups, const std::vector<bool>& stepped,
+                                       float grad_multiplier);
   // A held element range [offset, offset + numel) in model order, where it sits in `slice`.
   struct HeldPiece {
     int64_t model_offset = 0;
@@ -334,8 +378,13 @@ class ZeroEngine {
   int64_t last_gathered_ = -1;
   int direction_ = 1;
 
+  // Per tensor: whether this rank gave it a gradient since the last ZeroGrad(set_to_none).
+  std::vector<bool> has_grad_;
+  // Per tensor: the steps that updated it (Adam's bias correction counts these).
+  std::vector<int64_t> tensor_steps_;
+
   LossScaler scaler_;
-  int64_t step_ = 0;                      // applied steps: Adam's bias correction counts these
+  int64_t step_ = 0;                      // applied steps
   std::atomic<int64_t> steps_taken_ = 0;  // applied or skipped, for step()
   std::atomic<int64_t> wait_ns_[static_cast<int>(WaitFor::kCount)] = {};
   CollectiveLog log_;

@@ -51,6 +51,7 @@ absl::Status TrainStep(int64_t r, engine::ZeroEngine& e,
   std::vector<int64_t> offset = {0};
   for (const auto& t : layout) offset.push_back(offset.back() + t.numel());
   std::vector<std::vector<float>> w(layout.size());
+  ZEROD_RETURN_IF_ERROR(e.ZeroGrad(/*set_to_none=*/true));
   for (int64_t u = 0; u < e.num_units(); ++u) {
     ZEROD_RETURN_IF_ERROR(e.Gather(u));
     for (int64_t t = 0; t < tensors; ++t) {
@@ -61,6 +62,12 @@ absl::Status TrainStep(int64_t r, engine::ZeroEngine& e,
     ZEROD_RETURN_IF_ERROR(e.Release(u));
   }
   for (int64_t t = tensors - 1; t >= 0; --t) {
+    // Tensor 0 has no gradient at step 1, so tensors reach different step counts (Adam's
+    // bias correction per tensor), which a checkpoint must bring back.
+    if (t == 0 && s == 1) {
+      ZEROD_RETURN_IF_ERROR(e.AccumulateGrad(t, nullptr));
+      continue;
+    }
     std::vector<float> g(w[t].size());
     for (size_t i = 0; i < g.size(); ++i) {
       g[i] = Grad(r, s, offset[t] + static_cast<int64_t>(i), w[t][i]) *

@@ -21,7 +21,7 @@ Manifest TwoRankManifest() {
   Manifest m;
   m.job_id = "job";
   m.step = 7;
-  m.counters = {5, 7, {1024.0, 3, 1}};
+  m.counters = {5, 7, {1024.0, 3, 1}, {5, 4}};
   m.world_size = 2;
   m.stage = 2;
   m.param_dtype = DType::kFloat16;
@@ -48,6 +48,24 @@ TEST(ManifestJson, EveryFieldSurvivesTheRoundTrip) {
   EXPECT_EQ(back->counters.loss_scaler.scale, 1024.0);
   EXPECT_EQ(back->param_dtype, DType::kFloat16);
   EXPECT_EQ(back->layout[0].unit, "u0");
+  EXPECT_EQ(back->counters.tensor_steps, (std::vector<int64_t>{5, 4}));
+}
+
+// Checkpoints written before tensors had their own step counts have none: every tensor is then at
+// applied_steps (the engine's restore reads an empty list so).
+TEST(ManifestJson, AManifestWithoutTensorStepsReadsAsEmpty) {
+  Manifest m = TwoRankManifest();
+  m.counters.tensor_steps.clear();
+  std::string text = ManifestToJson(m);
+  const std::string field = "\"tensor_steps\": []";
+  ASSERT_NE(text.find(field), std::string::npos) << text;
+  text.erase(text.find(field), field.size());
+  // The comma before it now precedes a closing brace: take it out too.
+  const size_t comma = text.rfind(',', text.find("}", text.find("\"counters\"")));
+  text.erase(comma, 1);
+  auto back = ManifestFromJson(text, "m.json");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+  EXPECT_TRUE(back->counters.tensor_steps.empty());
 }
 
 TEST(ManifestJson, RunsThatOverlapOrLeaveAGapAreRefused) {
@@ -93,12 +111,32 @@ TEST(ManifestJson, SizesChecksumsAndDigestsThatDoNotAddUpAreRefused) {
 
 // A restored run takes the counters as they are: a loss scale of 0 would zero every gradient.
 TEST(ManifestJson, CountersARestoredRunCouldNotTrainOnAreRefused) {
-  for (auto [field, bad] : std::vector<std::pair<std::string, std::function<void(Manifest&)>>>{
-           {"counters.loss_scale", [](Manifest& m) { m.counters.loss_scaler.scale = 0; }},
-           {"counters.hysteresis_left",
-            [](Manifest& m) { m.counters.loss_scaler.hysteresis_left = -1; }},
-           {"counters.applied_steps", [](Manifest& m) { m.counters.applied_steps = 8; }},
-           {"'step'", [](Manifest& m) { m.step = 6; }}}) {
+  for (auto [field, bad] :
+       std::vector<std::pair<std::string,
+                             std::function<void(Manifest&)>>>{{"counters.loss_scale",
+                                                               [](Manifest& m) {
+                                                                 m.counters.loss_scaler.scale = 0;
+                                                               }},
+                                                              {"counters.hysteresis_left",
+                                                               [](Manifest& m) {
+                                                                 m.counters.loss_scaler
+                                                                     .hysteresis_left = -1;
+                                                               }},
+                                                              {"counters.applied_steps",
+                                                               [](Manifest& m) {
+                                                                 m.counters.applied_steps = 8;
+                                                               }},
+                                                              {"'step'",
+                                                               [](Manifest& m) { m.step = 6; }},
+                                                              {"counters.tensor_steps",
+                                                               [](Manifest& m) {
+                                                                 m.counters.tensor_steps = {6, 1};
+                                                               }},
+                                                              {"counters.tensor_steps' has 1 "
+                                                               "entries for 2 tensors",
+                                                               [](Manifest& m) {
+                                                                 m.counters.tensor_steps = {1};
+                                                               }}}) {
     Manifest m = TwoRankManifest();
     bad(m);
     auto back = ManifestFromJson(ManifestToJson(m), "m.json");

@@ -45,6 +45,7 @@ void ExpectSameCounters(const engine::TrainingCounters& a, const engine::Trainin
   EXPECT_EQ(a.loss_scaler.scale, b.loss_scaler.scale);
   EXPECT_EQ(a.loss_scaler.clean_steps, b.loss_scaler.clean_steps);
   EXPECT_EQ(a.loss_scaler.hysteresis_left, b.loss_scaler.hysteresis_left);
+  EXPECT_EQ(a.tensor_steps, b.tensor_steps);
 }
 
 void ExpectRestoredAsSaved(EngineWorld& loaded, const SavedState& saved) {
@@ -69,6 +70,7 @@ TEST(Restore, AnyWorldSizeAndStageLoadsTheSavedStateBitForBit) {
       ASSERT_TRUE(saver.Train(3).ok());
       const SavedState saved = StateOf(saver);
       ASSERT_EQ(saved.counters.applied_steps, 3);
+      ASSERT_EQ(saved.counters.tensor_steps[0], 2) << "tensor 0 has no gradient at step 1";
       // Non-trivial state: Adam's moments moved away from zero everywhere.
       for (float v : saved.tensors[static_cast<int>(StateTensor::kAdamV)]) ASSERT_GT(v, 0.0f);
 

@@ -300,6 +300,9 @@ TEST(ZeroEngine, BytesPerStepFollowThePlan) {
     for (const auto& [name, bytes] : outcome[0].sent) sent += bytes;
     // (Counted before the test's FullMasterParameters, which is not part of a step.)
     auto plan = MakePlan(stage, 2, DType::kBFloat16);
+    // Besides the plan's traffic, the step's agreement: an all-reduce of the overflow flag, the
+    // squared norm and a flag per tensor (ring: twice (W - 1) / W of its bytes).
+    sent -= 2 * (2 + static_cast<int64_t>(Layout().size())) * 4 / 2;
     per_stage[stage] = sent;
     // Stage 3 gathers every unit once in this test's forward; training gathers again for
     // backward, which the planner counts: compare the reduction and the update separately.
@@ -538,7 +541,6 @@ TEST(ZeroEngine, UsingAUnitBeforeGatherIsAnError) {
   EXPECT_EQ(view.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(view.status().message()), HasSubstr("used before Gather"));
   EXPECT_EQ((*engine)->Release(0).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*engine)->Step().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(ZeroEngine, InitParametersFromTakesTheRootsValuesOnEveryRank) {
@@ -694,10 +696,12 @@ TEST(ZeroEngine, SmallSegmentsGoAsOneGroupedCollectiveLargeOnesAlone) {
     // Forward: unit 0 with unit 1 (small), or alone and then unit 1 prefetched; unit 2
     // prefetched. Backward: units 2 and 1 still gathered, unit 0 prefetched at Gather(1).
     // Reduce-scatters (small): segments 2 and 1 hold both bucket buffers, so they go together;
-    // segment 0 is the micro-step's last. Large: each goes when it is full.
+    // segment 0 is the micro-step's last. Large: each goes when it is full. Then the step's
+    // agreement (overflow, norm, which tensors have gradients): one small all-reduce.
     const std::vector<std::string> want =
-        small ? std::vector<std::string>{"ag 2", "ag 1", "ag 1", "rs 2", "rs 1"}
-              : std::vector<std::string>{"ag 1", "ag 1", "ag 1", "rs 1", "ag 1", "rs 1", "rs 1"};
+        small ? std::vector<std::string>{"ag 2", "ag 1", "ag 1", "rs 2", "rs 1", "ar"}
+              : std::vector<std::string>{"ag 1", "ag 1", "ag 1", "rs 1",
+                                         "ag 1", "rs 1", "rs 1", "ar"};
     const optim::AdamScalars k = optim::MakeAdamScalars(Options(DType::kFloat32).adam, 1);
     for (size_t r = 0; r < 2; ++r) {
       ASSERT_TRUE(full[r].ok()) << full[r].status();
