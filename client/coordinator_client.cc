@@ -202,6 +202,8 @@ absl::StatusOr<Membership> CoordinatorClient::Join(const JoinOptions& o, absl::D
   if (o.send_layout) rpc::ToProto(o.layout, request.mutable_layout());
   request.set_layout_digest(plan::DigestHex(plan::LayoutDigest(o.layout)));
   *request.mutable_options() = rpc::ToProto(o.plan_options);
+  request.mutable_options()->mutable_agreed()->insert(o.agreed_options.begin(),
+                                                      o.agreed_options.end());
   // The join that creates a job says who owns it: without a token at hand, this user gets one.
   if (options_.job_token.empty() && TokenOf(o.job_id).empty() && !o.job_id.empty()) {
     if (absl::StatusOr<std::string> made = JobTokenOrNew(o.job_id); made.ok()) {

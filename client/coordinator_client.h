@@ -66,7 +66,9 @@ struct JoinOptions {
   int64_t budget_bytes = 0;
   std::vector<plan::TensorSpec> layout;
   plan::PlanOptions plan_options;  // stage, dtypes, sizes; world size and budget are ignored
-  bool send_layout = true;         // false: send only the digest (another rank sends the layout)
+  // Settings outside the plan every rank must give alike (v1::PlanOptions.agreed).
+  std::map<std::string, std::string> agreed_options;
+  bool send_layout = true;  // false: send only the digest (another rank sends the layout)
 };
 
 struct Membership {

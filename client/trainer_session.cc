@@ -134,6 +134,7 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
   join.budget_bytes = o.budget_bytes;
   join.layout = o.layout;
   join.plan_options = o.plan_options;
+  join.agreed_options = o.agreed_options;
   auto membership = s->client_->Join(join, o.join_timeout);
   if (!membership.ok()) return membership.status();
   s->membership_ = *std::move(membership);

@@ -31,6 +31,7 @@
 // transfer can land in the engine's freed buffers.
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,9 @@ struct SessionOptions {
   int64_t budget_bytes = 0;
   std::vector<plan::TensorSpec> layout;
   plan::PlanOptions plan_options;
+  // Settings outside the plan every rank must give alike, checked at join (the trainer's
+  // optimizer hyperparameters): name -> canonical text.
+  std::map<std::string, std::string> agreed_options;
   absl::Duration join_timeout = absl::Minutes(10);
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration collective_timeout = absl::Seconds(120);

@@ -103,6 +103,8 @@ JobAdmissionView AdmissionView(const Job& job, int64_t rank) ABSL_EXCLUSIVE_LOCK
   view.running = job.plan.has_value() && job.state == v1::JOB_RUNNING;
   view.layout_digest = job.layout_digest;
   view.layout_digest_rank = job.layout_digest_rank;
+  view.options = &job.options;
+  view.layout = job.layout;
   if (rank >= 0) view.holder = MemberAt(job, rank);
   view.lowest_free_rank = job.slots.LowestFree();
   return view;

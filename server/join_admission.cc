@@ -1,8 +1,15 @@
 #include "server/join_admission.h"
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/text_format.h"
 #include "proto/plan_convert.h"
 #include "runtime/plan/digest.h"
 #include "runtime/plan/plan_input.h"
@@ -26,7 +33,23 @@ std::optional<absl::Status> Mismatch(const JobAdmissionView& job, const JoinArgs
         args.rank < 0 ? "any" : absl::StrCat(args.rank), " asked for ", args.world_size,
         " (end the job, or let every rank leave, to re-form it with another size)"));
   }
+  // Options first: a stage that differs also labels the layout differently (units at stage 3).
+  if (job.options != nullptr) {
+    if (std::optional<OptionDifference> d = FirstOptionDifference(*job.options, args.options)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Who(args), " asked for ", d->name, " ", d->asked, "; rank ",
+                       job.layout_digest_rank, " formed the job with ", d->name, " ", d->formed,
+                       " (every rank must give the same options)"));
+    }
+  }
   if (args.layout_digest != job.layout_digest) {
+    if (!job.layout.empty() && !args.layout.empty()) {
+      if (std::optional<std::string> where = FirstLayoutDifference(
+              job.layout, args.layout, job.layout_digest_rank,
+              args.rank < 0 ? std::string("the joining rank") : absl::StrCat("rank ", args.rank))) {
+        return absl::FailedPreconditionError(absl::StrCat("job ", args.job_id, ": ", *where));
+      }
+    }
     return absl::FailedPreconditionError(
         absl::StrCat(Who(args), " layout digest ", Short(args.layout_digest), " differs from rank ",
                      job.layout_digest_rank, " (", Short(job.layout_digest), ")"));
@@ -52,7 +75,68 @@ JoinDecision DecideNamedRank(const JobAdmissionView& job, const JoinArgs& args) 
                                             " is already active in generation ", job.generation))};
 }
 
+std::string Quoted(const std::string& text) {
+  return absl::StrCat("'", text.size() > 256 ? ShownKey(text) : text, "'");
+}
+
+// A tensor as a refusal shows it: 'name' [2, 3] fp32, and its unit when it has one.
+std::string TensorText(const v1::TensorSpec& t) {
+  std::string dtype = absl::AsciiStrToLower(v1::DType_Name(t.dtype()));
+  if (absl::StartsWith(dtype, "dtype_")) dtype = dtype.substr(6);
+  std::string text =
+      absl::StrCat("'", ShownKey(t.name()), "' [", absl::StrJoin(t.shape(), ", "), "] ", dtype);
+  if (!t.unit().empty()) absl::StrAppend(&text, " unit '", ShownKey(t.unit()), "'");
+  return text;
+}
+
 }  // namespace
+
+std::optional<OptionDifference> FirstOptionDifference(const v1::PlanOptions& formed,
+                                                      const v1::PlanOptions& asked) {
+  // Every field by reflection, so that a field added later is compared too; the agreed map
+  // entry by entry, in name order.
+  const google::protobuf::Descriptor* d = v1::PlanOptions::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->is_map()) continue;
+    std::string a, b;
+    google::protobuf::TextFormat::PrintFieldValueToString(asked, f, -1, &a);
+    google::protobuf::TextFormat::PrintFieldValueToString(formed, f, -1, &b);
+    if (a != b) return OptionDifference{f->name(), a, b};
+  }
+  std::map<std::string, std::pair<const std::string*, const std::string*>> agreed;
+  for (const auto& [name, value] : asked.agreed()) agreed[name].first = &value;
+  for (const auto& [name, value] : formed.agreed()) agreed[name].second = &value;
+  for (const auto& [name, values] : agreed) {
+    const auto& [a, b] = values;
+    if (a != nullptr && b != nullptr && *a == *b) continue;
+    return OptionDifference{name, a == nullptr ? "(none)" : Quoted(*a),
+                            b == nullptr ? "(none)" : Quoted(*b)};
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> FirstLayoutDifference(absl::Span<const v1::TensorSpec> formed,
+                                                 absl::Span<const v1::TensorSpec> asked,
+                                                 int64_t formed_rank, const std::string& asker) {
+  auto same = [](const v1::TensorSpec& a, const v1::TensorSpec& b) {
+    return a.name() == b.name() && a.dtype() == b.dtype() && a.unit() == b.unit() &&
+           std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end());
+  };
+  const size_t common = std::min(formed.size(), asked.size());
+  for (size_t i = 0; i < common; ++i) {
+    if (same(formed[i], asked[i])) continue;
+    return absl::StrCat(asker, "'s layout differs from rank ", formed_rank, "'s at tensor ", i,
+                        ": ", asker, " has ", TensorText(asked[i]), ", rank ", formed_rank, " has ",
+                        TensorText(formed[i]));
+  }
+  if (formed.size() == asked.size()) return std::nullopt;
+  const bool asker_longer = asked.size() > formed.size();
+  return absl::StrCat(asker, " has ", asked.size(), " tensors, rank ", formed_rank, " has ",
+                      formed.size(), ": tensor ", common, " ",
+                      TensorText(asker_longer ? asked[common] : formed[common]), " is only in ",
+                      asker_longer ? asker : absl::StrCat("rank ", formed_rank), "'s layout");
+}
 
 std::string ShownJobId(const std::string& job_id) {
   if (job_id.size() <= 128) return job_id;
@@ -108,6 +192,17 @@ absl::Status CheckPlanOptions(const v1::PlanOptions& o) {
     if (value < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, " must be 0 (the default) or positive, got ", value));
+    }
+  }
+  if (o.agreed_size() > kMaxAgreedOptions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("agreed options: ", o.agreed_size(), " entries, over ", kMaxAgreedOptions));
+  }
+  for (const auto& [name, value] : o.agreed()) {
+    if (name.size() > kMaxNameBytes || value.size() > kMaxAgreedValueBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("agreed option '", ShownKey(name), "' is ", name.size(), " + ", value.size(),
+                       " bytes, over ", kMaxNameBytes, " + ", kMaxAgreedValueBytes));
     }
   }
   plan::PlanInput probe;

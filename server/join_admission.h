@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "server/job.h"
 #include "zerod/v1/plan.pb.h"
 
@@ -58,9 +59,28 @@ absl::Status CheckJoinArgs(const JoinArgs& args, const JoinLimits& limits = {});
 
 inline constexpr size_t kMaxNameBytes = 256;
 
-// Plan options as the wire carries them: known enum values, no negative sizes, and what
-// plan::ValidatePlanInput requires of them. The message names the field and the value.
+// Plan options as the wire carries them: known enum values, no negative sizes, what
+// plan::ValidatePlanInput requires of them, and agreed settings within kMaxAgreedOptions entries
+// of names up to kMaxNameBytes and values up to kMaxAgreedValueBytes. The message names the field
+// and the value.
 absl::Status CheckPlanOptions(const v1::PlanOptions& options);
+inline constexpr int kMaxAgreedOptions = 4096;
+inline constexpr size_t kMaxAgreedValueBytes = 4096;
+
+// The first of `asked`'s options (a field, or an agreed setting) that differs from `formed`'s,
+// as "stage 2 ... stage 3" text for a refusal; nullopt when they are the same.
+struct OptionDifference {
+  std::string name;
+  std::string asked;
+  std::string formed;
+};
+std::optional<OptionDifference> FirstOptionDifference(const v1::PlanOptions& formed,
+                                                      const v1::PlanOptions& asked);
+// Where `asked` first differs from `formed` (name, shape, dtype, unit, or a tensor one has and the
+// other lacks), as text naming the tensor's index; nullopt when they are the same.
+std::optional<std::string> FirstLayoutDifference(absl::Span<const v1::TensorSpec> formed,
+                                                 absl::Span<const v1::TensorSpec> asked,
+                                                 int64_t formed_rank, const std::string& asker);
 
 // The job as admission sees it. Copies nothing per rank: a join looks at one rank at most.
 struct JobAdmissionView {
@@ -71,7 +91,11 @@ struct JobAdmissionView {
   int64_t generation = 0;
   bool running = false;  // formed: it has a plan and is RUNNING
   absl::string_view layout_digest;
-  int64_t layout_digest_rank = -1;
+  int64_t layout_digest_rank = -1;  // the rank that formed the job: its digest and options
+  // What the job was formed with: its options, and its layout when a rank sent one (every rank
+  // admitted since has the same digest). A join that differs is refused naming what differs.
+  const v1::PlanOptions* options = nullptr;
+  absl::Span<const v1::TensorSpec> layout;
   const Member* holder = nullptr;  // the member recorded at the join's rank, if it names one
   std::optional<int64_t> lowest_free_rank;
 };

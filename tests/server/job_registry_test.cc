@@ -108,15 +108,23 @@ TEST_F(RegistryTest, EveryRankGetsTheSamePlanWhenTheJobCompletes) {
   EXPECT_EQ(plan->world_size(), 3);
 }
 
-TEST_F(RegistryTest, LayoutDigestMismatchNamesBothRanks) {
+TEST_F(RegistryTest, LayoutMismatchNamesBothRanksAndTheFirstTensorThatDiffers) {
   auto first = Join(Args(0, 2));
   JoinArgs other = Args(1, 2);
   other.layout = Layout(1 << 21);
   other.layout_digest = DigestOf(other.layout);
   auto r = Join(other).get();
   ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("rank 1 layout digest"));
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("differs from rank 0"));
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("rank 1's layout differs from rank 0's at tensor 0: rank 1 has 'param.0' "
+                        "[262144] bf16, rank 0 has 'param.0' [131072] bf16"));
+  // Options that differ are named too: here the stage.
+  JoinArgs staged = Args(1, 2);
+  staged.options.set_stage(3);
+  r = Join(staged).get();
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("rank 1 asked for stage 3; rank 0 formed the job with stage 2"));
   // Nothing was harmed: rank 1 can still join with the right layout.
   ASSERT_TRUE(Join(Args(1, 2)).get().ok());
   ASSERT_TRUE(first.get().ok());

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/plan_convert.h"
@@ -229,6 +230,111 @@ TEST(DecideJoin, AnotherLayoutIsRefusedNamingBothRanks) {
       std::string(s.message()),
       HasSubstr("job llama: rank 2 layout digest " + a.layout_digest.substr(0, 8) +
                 ".. differs from rank 0 (" + DigestOf(Layout(1 << 16)).substr(0, 8) + "..)"));
+}
+
+// The options and layout a job was formed with: a join that differs is refused naming what
+// differs, not two digests.
+struct FormedJob {
+  v1::PlanOptions options;
+  std::vector<v1::TensorSpec> layout = Layout(1 << 16);
+  JobAdmissionView view = Job(2, 2);
+
+  FormedJob() {
+    options.set_stage(3);
+    options.set_param_dtype(v1::DTYPE_BF16);
+    (*options.mutable_agreed())["param_groups[0]"] = "lr=0.001 betas=(0.9, 0.95)";
+    (*options.mutable_agreed())["max_grad_norm"] = "1.0";
+    view.options = &options;
+    view.layout = layout;
+  }
+};
+
+JoinArgs AsFormed(const FormedJob& job) {
+  JoinArgs a = Args(1);
+  a.options = job.options;
+  return a;
+}
+
+TEST(DecideJoin, OptionsThatDifferFromTheFormedJobsAreRefusedNamingTheFirst) {
+  const FormedJob job;
+  EXPECT_TRUE(Refusal(DecideJoin(job.view, AsFormed(job))).ok());
+  auto refused = [&](const std::function<void(JoinArgs&)>& change) {
+    JoinArgs a = AsFormed(job);
+    change(a);
+    const absl::Status s = Refusal(DecideJoin(job.view, a));
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    return std::string(s.message());
+  };
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.set_stage(2); }),
+              HasSubstr("job llama: rank 1 asked for stage 2; rank 0 formed the job with stage 3 "
+                        "(every rank must give the same options)"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.set_param_dtype(v1::DTYPE_FP32); }),
+              HasSubstr("asked for param_dtype DTYPE_FP32; rank 0 formed the job with "
+                        "param_dtype DTYPE_BF16"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.set_reduce_bucket_bytes(1 << 20); }),
+              HasSubstr("asked for reduce_bucket_bytes 1048576; rank 0 formed the job with "
+                        "reduce_bucket_bytes 0"));
+  EXPECT_THAT(refused([](JoinArgs& a) {
+                (*a.options.mutable_agreed())["param_groups[0]"] = "lr=0.002 betas=(0.9, 0.95)";
+              }),
+              HasSubstr("asked for param_groups[0] 'lr=0.002 betas=(0.9, 0.95)'; rank 0 formed "
+                        "the job with param_groups[0] 'lr=0.001 betas=(0.9, 0.95)'"));
+  EXPECT_THAT(refused([](JoinArgs& a) { a.options.mutable_agreed()->erase("max_grad_norm"); }),
+              HasSubstr("asked for max_grad_norm (none); rank 0 formed the job with "
+                        "max_grad_norm '1.0'"));
+  // A stage that differs labels the layout differently too: the stage is named, not the layout.
+  EXPECT_THAT(refused([](JoinArgs& a) {
+                a.options.set_stage(2);
+                a.layout[0].set_unit("other");
+                a.layout_digest = DigestOf(a.layout);
+              }),
+              HasSubstr("asked for stage 2"));
+}
+
+TEST(DecideJoin, ALayoutThatDiffersIsRefusedNamingTheFirstTensorThatDiffers) {
+  const FormedJob job;
+  auto refused = [&](const std::function<void(std::vector<v1::TensorSpec>&)>& change) {
+    JoinArgs a = AsFormed(job);
+    change(a.layout);
+    a.layout_digest = DigestOf(a.layout);
+    const absl::Status s = Refusal(DecideJoin(job.view, a));
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    return std::string(s.message());
+  };
+  const v1::TensorSpec& third = job.layout[2];
+  const std::string shape = absl::StrJoin(third.shape(), ", ");
+  EXPECT_THAT(refused([](std::vector<v1::TensorSpec>& l) { l[2].add_shape(2); }),
+              HasSubstr(absl::StrCat("job llama: rank 1's layout differs from rank 0's at tensor "
+                                     "2: rank 1 has '",
+                                     third.name(), "' [", shape, ", 2] bf16, rank 0 has '",
+                                     third.name(), "' [", shape, "] bf16")));
+  EXPECT_THAT(refused([](std::vector<v1::TensorSpec>& l) { l[1].set_dtype(v1::DTYPE_FP32); }),
+              HasSubstr("at tensor 1: rank 1 has '" + job.layout[1].name() + "' ["));
+  EXPECT_THAT(refused([](std::vector<v1::TensorSpec>& l) { l.pop_back(); }),
+              HasSubstr(absl::StrCat("rank 1 has ", job.layout.size() - 1, " tensors, rank 0 has ",
+                                     job.layout.size(), ": tensor ", job.layout.size() - 1, " '",
+                                     job.layout.back().name(), "'")));
+  // Without the job's layout (no rank sent it), the digests are what is known.
+  FormedJob digest_only;
+  digest_only.view.layout = {};
+  JoinArgs a = AsFormed(digest_only);
+  a.layout[0].add_shape(3);
+  a.layout_digest = DigestOf(a.layout);
+  EXPECT_THAT(std::string(Refusal(DecideJoin(digest_only.view, a)).message()),
+              HasSubstr("layout digest " + a.layout_digest.substr(0, 8)));
+}
+
+TEST(CheckJoinArgs, RefusesAgreedOptionsOverTheLimits) {
+  JoinArgs a = Args(0);
+  (*a.options.mutable_agreed())[std::string(300, 'k')] = "1";
+  EXPECT_THAT(std::string(CheckJoinArgs(a).message()), HasSubstr("is 300 + 1 bytes, over 256"));
+  a = Args(0);
+  (*a.options.mutable_agreed())["lr"] = std::string(5000, '1');
+  EXPECT_THAT(std::string(CheckJoinArgs(a).message()), HasSubstr("is 2 + 5000 bytes"));
+  a = Args(0);
+  for (int i = 0; i <= kMaxAgreedOptions; ++i) (*a.options.mutable_agreed())[std::to_string(i)];
+  EXPECT_THAT(std::string(CheckJoinArgs(a).message()),
+              HasSubstr("agreed options: 4097 entries, over 4096"));
 }
 
 TEST(DecideJoin, ANamedRankNobodyHoldsIsTaken) {
