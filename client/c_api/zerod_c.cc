@@ -24,37 +24,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "client/c_api/internal/c_api_support.h"
 #include "client/layout_json.h"
 #include "client/trainer_session.h"
 #include "nlohmann/json.hpp"
 #include "runtime/common/status_macros.h"
 
-struct zerod_session {
-  std::unique_ptr<zerod::client::TrainerSession> session;
-  zerod::engine::ZeroEngine* engine = nullptr;
-};
-
 namespace {
 
 using nlohmann::json;
 using zerod::DType;
-
-thread_local std::string last_error;
-
-int Fail(const absl::Status& status) {
-  last_error = std::string(status.message());
-  return static_cast<int>(status.code());
-}
-
-int Report(const absl::Status& status) {
-  if (status.ok()) {
-    last_error.clear();
-    return 0;
-  }
-  return Fail(status);
-}
-
-absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentError(what); }
+using zerod::c_api::internal::Fail;
+using zerod::c_api::internal::Invalid;
+using zerod::c_api::internal::NeedEngine;
+using zerod::c_api::internal::Report;
+using zerod::c_api::internal::ReturnJson;
+using zerod::c_api::internal::Synced;
 
 // Reads an optional field of `object` into `out`, checking its JSON type exactly: an integer
 // field takes only an integer that fits (0.9 is not rank 0), a boolean only true or false.
@@ -152,7 +137,7 @@ absl::StatusOr<zerod::client::SessionOptions> ParseSessionOptions(const char* te
   ZEROD_RETURN_IF_ERROR(KnownKeys(
       o, "session",
       {"endpoint", "job", "rank", "world_size", "device", "budget_bytes", "gather_communicator",
-       "join_timeout_s", "collective_timeout_s", "heartbeat_ms", "plan", "layout"}));
+       "join_timeout_s", "collective_timeout_s", "heartbeat_ms", "plan", "layout", "agreed"}));
   zerod::client::SessionOptions options;
   ZEROD_RETURN_IF_ERROR(Field(o, "endpoint", options.endpoint));
   ZEROD_RETURN_IF_ERROR(Field(o, "job", options.job_id));
@@ -173,6 +158,15 @@ absl::StatusOr<zerod::client::SessionOptions> ParseSessionOptions(const char* te
   if (auto plan = o.find("plan"); plan != o.end()) {
     if (!plan->is_object()) return Invalid("plan: expected an object");
     ZEROD_RETURN_IF_ERROR(ParsePlanOptions(*plan, options.plan_options));
+  }
+  if (auto agreed = o.find("agreed"); agreed != o.end()) {
+    if (!agreed->is_object()) return Invalid("agreed: expected an object of strings");
+    for (const auto& [name, value] : agreed->items()) {
+      if (!value.is_string()) {
+        return Invalid(absl::StrCat("agreed: '", name, "' is not a string: ", value.dump()));
+      }
+      options.agreed_options[name] = value.get<std::string>();
+    }
   }
   auto layout = o.find("layout");
   if (layout == o.end()) return Invalid("layout: the model's tensors are missing");
@@ -196,7 +190,7 @@ absl::StatusOr<zerod::engine::EngineOptions> ParseEngineOptions(const char* text
   ZEROD_RETURN_IF_ERROR(
       KnownKeys(o, "engine",
                 {"lr", "beta1", "beta2", "eps", "weight_decay", "adamw", "max_grad_norm",
-                 "accumulation_steps", "threads", "loss_scale"}));
+                 "accumulation_steps", "average_accumulation", "threads", "loss_scale"}));
   zerod::engine::EngineOptions options;
   zerod::optim::AdamConfig& adam = options.adam;
   ZEROD_RETURN_IF_ERROR(Field(o, "lr", adam.lr));
@@ -207,6 +201,7 @@ absl::StatusOr<zerod::engine::EngineOptions> ParseEngineOptions(const char* text
   ZEROD_RETURN_IF_ERROR(Field(o, "adamw", adam.decoupled_weight_decay));
   ZEROD_RETURN_IF_ERROR(Field(o, "max_grad_norm", options.max_grad_norm));
   ZEROD_RETURN_IF_ERROR(Field(o, "accumulation_steps", options.accumulation_steps));
+  ZEROD_RETURN_IF_ERROR(Field(o, "average_accumulation", options.average_accumulation));
   ZEROD_RETURN_IF_ERROR(Field(o, "threads", options.threads));
   constexpr double kHuge = 1e300;
   ZEROD_RETURN_IF_ERROR(InRange("lr", adam.lr, 0, kHuge, false, "lr >= 0"));
@@ -242,30 +237,6 @@ absl::StatusOr<zerod::engine::EngineOptions> ParseEngineOptions(const char* text
   return options;
 }
 
-absl::Status NeedEngine(const zerod_session* s) {
-  if (s == nullptr) return Invalid("no session (NULL)");
-  if (s->engine == nullptr) {
-    return absl::FailedPreconditionError("the session has no engine yet (zerod_engine_create)");
-  }
-  return absl::OkStatus();
-}
-
-// After engine work that the caller reads at once: on a GPU, the engine's stream must be done.
-absl::Status Synced(zerod_session* s, absl::Status status) {
-  if (!status.ok()) return status;
-  auto ops = s->session->device_ops();
-  return ops == nullptr ? absl::OkStatus() : ops->Synchronize();
-}
-
-int ReturnJson(const json& value, char** out) {
-  if (out == nullptr) return Fail(Invalid("no output pointer"));
-  const std::string text = value.dump();
-  *out = static_cast<char*>(std::malloc(text.size() + 1));
-  if (*out == nullptr) return Fail(absl::ResourceExhaustedError("out of memory"));
-  std::memcpy(*out, text.c_str(), text.size() + 1);
-  return Report(absl::OkStatus());
-}
-
 // A copy of `bytes` in memory the caller frees with zerod_free (NUL-terminated, for text).
 absl::StatusOr<char*> Copy(const std::string& bytes) {
   char* out = static_cast<char*>(std::malloc(bytes.size() + 1));
@@ -288,7 +259,7 @@ json MemoryJson(const zerod::plan::MemoryBreakdown& memory) {
 
 extern "C" {
 
-const char* zerod_last_error(void) { return last_error.c_str(); }
+const char* zerod_last_error(void) { return zerod::c_api::internal::LastError().c_str(); }
 
 void zerod_free(char* text) { std::free(text); }
 
@@ -383,7 +354,6 @@ int zerod_engine_param(zerod_session* s, int64_t tensor, void** data) {
 
 int zerod_engine_accumulate_grad(zerod_session* s, int64_t tensor, const float* grad) {
   if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
-  if (grad == nullptr) return Fail(Invalid("no gradient (NULL)"));
   return Report(s->engine->AccumulateGrad(tensor, grad));
 }
 

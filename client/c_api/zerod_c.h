@@ -32,7 +32,8 @@ void zerod_free(char* text);
  *  "layout": [{"name", "shape", "dtype", "unit"}],
  *  "plan": {"stage", "param_dtype", "grad_dtype", "optimizer", "reduce_bucket_bytes",
  *           "bucket_buffers", "gather_unit_bytes", "prefetch_depth", "max_live_units",
- *           "partition_alignment_numel"}}
+ *           "partition_alignment_numel"},
+ *  "agreed": {name: text}}  (settings every rank must give alike, checked at join)
  * Absent fields take TrainerSession's defaults (the ZEROD_* environment). */
 int zerod_session_start(const char* options_json, zerod_session** out);
 /* Leaves the job (when not left yet) and frees everything. NULL is ignored. */
@@ -44,7 +45,8 @@ int zerod_session_leave(zerod_session* session);
 int zerod_session_describe(zerod_session* session, char** out);
 
 /* Creates the engine: {"lr", "beta1", "beta2", "eps", "weight_decay", "adamw",
- * "max_grad_norm", "accumulation_steps", "threads", "loss_scale": {"enabled", "initial_scale",
+ * "max_grad_norm", "accumulation_steps", "average_accumulation" (true: the mean over the
+ * micro-steps; false: their sum), "threads", "loss_scale": {"enabled", "initial_scale",
  * "growth_interval", "hysteresis"}}. Out-of-range values are INVALID_ARGUMENT naming the field. */
 int zerod_engine_create(zerod_session* session, const char* options_json);
 
@@ -59,12 +61,37 @@ int zerod_engine_gather(zerod_session* session, int64_t unit);
 int zerod_engine_release(zerod_session* session, int64_t unit);
 /* Where tensor t's parameters are now (at stage 3, only while its unit is gathered). */
 int zerod_engine_param(zerod_session* session, int64_t tensor, void** data);
-/* Adds tensor t's fp32 gradient (device memory, already multiplied by the loss scale). */
+/* Adds tensor t's fp32 gradient (device memory, already multiplied by the loss scale). NULL:
+ * this rank has no gradient for t in this micro-step (zeros in the reduction; a tensor no rank
+ * gives one before the next step is not stepped). */
 int zerod_engine_accumulate_grad(zerod_session* session, int64_t tensor, const float* grad);
 /* One optimizer step; lr < 0 keeps the configured one. */
 int zerod_engine_step(zerod_session* session, double lr, int* applied, double* grad_norm,
                       double* loss_scale);
 int zerod_engine_loss_scale(zerod_session* session, double* scale);
+
+/* The optimizer over parameter groups (zerod_c_optim.cc; ZeroEngine::Step(ParamGroups)).
+ * One step: `configs` holds 6 doubles per group (lr, beta1, beta2, eps, weight_decay, and 1 for
+ * decoupled weight decay (AdamW) or 0 (Adam)), `tensor_group` each tensor's group (or -1: not
+ * optimized). Hyperparameters are read at every call, as torch reads param_groups. */
+int zerod_engine_step_groups(zerod_session* session, const double* configs, int64_t group_count,
+                             const int32_t* tensor_group, int64_t tensor_count, int* applied,
+                             double* grad_norm, double* loss_scale);
+/* torch's zero_grad: discards the gradients given since the last step; set_to_none != 0 also
+ * forgets which tensors had one (ZeroEngine::ZeroGrad). */
+int zerod_engine_zero_grad(zerod_session* session, int set_to_none);
+/* This rank's optimizer state, as opt.state_dict() holds it: JSON {"runs": [[offset, numel],
+ * ...] (model coordinates, the elements this rank holds), "numel" (their sum), "counters":
+ * {"applied_steps", "steps_taken", "loss_scale", "clean_steps", "hysteresis_left",
+ * "tensor_steps": [...]}} (*out: free with zerod_free). */
+int zerod_engine_state_info(zerod_session* session, char** out);
+/* The held elements of state tensor `which` (0 fp32 master, 1 Adam m, 2 Adam v), the runs of
+ * zerod_engine_state_info end to end, to or from `count` floats of host memory. */
+int zerod_engine_read_state(zerod_session* session, int which, float* out, int64_t count);
+int zerod_engine_write_state(zerod_session* session, int which, const float* values, int64_t count);
+/* After writing the state: the counters (as zerod_engine_state_info gives them) and the
+ * parameters rebuilt from the master (a collective at stages 1-2: every rank calls it). */
+int zerod_engine_finish_restore(zerod_session* session, const char* counters_json);
 /* The mean of `value` over the ranks (a collective). */
 int zerod_engine_average(zerod_session* session, double value, double* mean);
 /* The full fp32 parameters in model order into `out` (host memory, `count` floats; a collective).

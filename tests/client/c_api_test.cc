@@ -175,6 +175,74 @@ TEST(CApi, OneRankThroughEveryCall) {
   zerod_session_destroy(s);
 }
 
+// The optimizer's calls (zerod_c_optim.cc): a step over two parameter groups, a tensor without a
+// gradient (not stepped), zero_grad, and this rank's state out and back in.
+TEST(CApi, ParameterGroupsZeroGradAndTheOptimizerState) {
+  Daemon zerod;
+  zerod_session* s = nullptr;
+  ASSERT_EQ(zerod_session_start(SessionJson(zerod.endpoint(), "c-api-optim", 2).c_str(), &s), 0)
+      << zerod_last_error();
+  EXPECT_EQ(zerod_engine_zero_grad(s, 1), kFailedPrecondition);  // no engine yet
+  ASSERT_EQ(zerod_engine_create(s, R"({"average_accumulation": false})"), 0) << zerod_last_error();
+  std::vector<float> w(15, 1.0f), b(5, -1.0f);
+  const float* tensors[] = {w.data(), b.data()};
+  ASSERT_EQ(zerod_engine_init_from(s, 0, tensors), 0) << zerod_last_error();
+
+  // w in group 0 (AdamW, lr 0.1, weight decay 0.5), b in group 1 (lr 0.2): b has no gradient.
+  const double configs[] = {0.1, 0.9, 0.999, 1e-8, 0.5, 1, 0.2, 0.9, 0.999, 1e-8, 0.0, 1};
+  const int32_t groups[] = {0, 1};
+  std::vector<float> gw(15, 1.0f);
+  ASSERT_EQ(zerod_engine_accumulate_grad(s, 1, nullptr), 0) << zerod_last_error();
+  ASSERT_EQ(zerod_engine_accumulate_grad(s, 0, gw.data()), 0) << zerod_last_error();
+  int applied = 0;
+  EXPECT_EQ(zerod_engine_step_groups(s, configs, 2, groups, 1, &applied, nullptr, nullptr),
+            kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("groups given for 1 tensors; the model has 2"));
+  EXPECT_EQ(zerod_engine_step_groups(s, nullptr, 2, groups, 2, &applied, nullptr, nullptr),
+            kInvalidArgument);
+  ASSERT_EQ(zerod_engine_step_groups(s, configs, 2, groups, 2, &applied, nullptr, nullptr), 0)
+      << zerod_last_error();
+  std::vector<float> full(20);
+  ASSERT_EQ(zerod_engine_full_parameters(s, full.data(), 20), 0);
+  EXPECT_NEAR(full[3], 1.0f * 0.95f - 0.1f, 1e-6);  // AdamW's first step
+  EXPECT_EQ(full[15], -1.0f) << "b had no gradient: not stepped";
+
+  char* text = nullptr;
+  ASSERT_EQ(zerod_engine_state_info(s, &text), 0);
+  const json info = json::parse(text);
+  zerod_free(text);
+  EXPECT_EQ(info["runs"], json::array({json::array({0, 20})}));
+  EXPECT_EQ(info["counters"]["tensor_steps"], json::array({1, 0}));
+  std::vector<float> m(20), v(20), master(20);
+  EXPECT_EQ(zerod_engine_read_state(s, 1, m.data(), 19), kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("this rank holds 20 elements of the state; given 19"));
+  EXPECT_EQ(zerod_engine_read_state(s, 3, m.data(), 20), kInvalidArgument);
+  ASSERT_EQ(zerod_engine_read_state(s, 1, m.data(), 20), 0);
+  ASSERT_EQ(zerod_engine_read_state(s, 2, v.data(), 20), 0);
+  EXPECT_NEAR(m[0], 0.1f, 1e-7);  // (1 - beta1) g
+  EXPECT_EQ(m[15], 0.0f);
+
+  // A second step, then the state written back: the engine is as after the first.
+  ASSERT_EQ(zerod_engine_accumulate_grad(s, 1, nullptr), 0);
+  ASSERT_EQ(zerod_engine_accumulate_grad(s, 0, gw.data()), 0);
+  ASSERT_EQ(zerod_engine_zero_grad(s, 0), 0);  // discards: the step sees zeros
+  ASSERT_EQ(zerod_engine_step_groups(s, configs, 2, groups, 2, &applied, nullptr, nullptr), 0);
+  ASSERT_EQ(zerod_engine_write_state(s, 1, m.data(), 20), 0);
+  ASSERT_EQ(zerod_engine_write_state(s, 2, v.data(), 20), 0);
+  EXPECT_EQ(zerod_engine_finish_restore(s, R"({"applied_steps": 1})"), kInvalidArgument);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("counters are not as zerod_engine_state_info"));
+  ASSERT_EQ(zerod_engine_finish_restore(s, info["counters"].dump().c_str()), 0)
+      << zerod_last_error();
+  ASSERT_EQ(zerod_engine_state_info(s, &text), 0);
+  EXPECT_EQ(json::parse(text)["counters"], info["counters"]);
+  zerod_free(text);
+  std::vector<float> m_again(20);
+  ASSERT_EQ(zerod_engine_read_state(s, 1, m_again.data(), 20), 0);
+  EXPECT_EQ(m_again, m);
+  EXPECT_EQ(zerod_session_leave(s), 0);
+  zerod_session_destroy(s);
+}
+
 TEST(CApi, SaveAndLoadACheckpointWithItsUserTextAndExtraBytes) {
   Daemon zerod;
   char tmp[] = "/tmp/zerod-c-api-ckpt-XXXXXX";
