@@ -76,6 +76,14 @@ def _declare(lib):
         "zerod_engine_step": (ctypes.c_int, [s, d, ctypes.POINTER(ctypes.c_int),
                                              ctypes.POINTER(d), ctypes.POINTER(d)]),
         "zerod_engine_loss_scale": (ctypes.c_int, [s, ctypes.POINTER(d)]),
+        "zerod_engine_step_groups": (ctypes.c_int, [s, ctypes.c_void_p, i64, ctypes.c_void_p, i64,
+                                                    ctypes.POINTER(ctypes.c_int),
+                                                    ctypes.POINTER(d), ctypes.POINTER(d)]),
+        "zerod_engine_zero_grad": (ctypes.c_int, [s, ctypes.c_int]),
+        "zerod_engine_state_info": (ctypes.c_int, [s, ctypes.POINTER(ctypes.c_void_p)]),
+        "zerod_engine_read_state": (ctypes.c_int, [s, ctypes.c_int, ctypes.c_void_p, i64]),
+        "zerod_engine_write_state": (ctypes.c_int, [s, ctypes.c_int, ctypes.c_void_p, i64]),
+        "zerod_engine_finish_restore": (ctypes.c_int, [s, ctypes.c_char_p]),
         "zerod_engine_average": (ctypes.c_int, [s, d, ctypes.POINTER(d)]),
         "zerod_engine_full_parameters": (ctypes.c_int, [s, ctypes.c_void_p, i64]),
         "zerod_engine_stats": (ctypes.c_int, [s, ctypes.POINTER(ctypes.c_void_p)]),
@@ -173,6 +181,7 @@ class Session:
         return out.value
 
     def accumulate_grad(self, tensor, pointer):
+        """pointer None: this rank has no gradient for the tensor in this micro-step."""
         _check(self._lib.zerod_engine_accumulate_grad(self._handle, tensor, pointer))
 
     def step(self, lr=None):
@@ -183,6 +192,38 @@ class Session:
                                            ctypes.byref(applied), ctypes.byref(norm),
                                            ctypes.byref(scale)))
         return bool(applied.value), norm.value, scale.value
+
+    def step_groups(self, configs, tensor_group):
+        """One step over parameter groups: `configs` a ctypes array of 6 doubles per group (lr,
+        beta1, beta2, eps, weight_decay, 1.0 for AdamW / 0.0 for Adam), `tensor_group` a ctypes
+        int32 array, each tensor's group or -1. Returns (applied, grad_norm, loss_scale)."""
+        applied = ctypes.c_int()
+        norm = ctypes.c_double()
+        scale = ctypes.c_double()
+        _check(self._lib.zerod_engine_step_groups(
+            self._handle, ctypes.addressof(configs), len(configs) // 6,
+            ctypes.addressof(tensor_group), len(tensor_group), ctypes.byref(applied),
+            ctypes.byref(norm), ctypes.byref(scale)))
+        return bool(applied.value), norm.value, scale.value
+
+    def zero_grad(self, set_to_none):
+        _check(self._lib.zerod_engine_zero_grad(self._handle, 1 if set_to_none else 0))
+
+    def state_info(self):
+        """{"runs": [[offset, numel], ...], "numel": n, "counters": {...}}: what this rank holds
+        of the optimizer state."""
+        return _json_out(self._lib.zerod_engine_state_info, self._handle)
+
+    def read_state(self, which, pointer, count):
+        """State tensor `which` (0 master, 1 m, 2 v) of the held runs into `count` host floats."""
+        _check(self._lib.zerod_engine_read_state(self._handle, which, pointer, count))
+
+    def write_state(self, which, pointer, count):
+        _check(self._lib.zerod_engine_write_state(self._handle, which, pointer, count))
+
+    def finish_restore(self, counters):
+        """After write_state: the counters, and the parameters rebuilt (a collective)."""
+        _check(self._lib.zerod_engine_finish_restore(self._handle, _encode(counters)))
 
     def loss_scale(self):
         out = ctypes.c_double()

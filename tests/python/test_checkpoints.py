@@ -67,13 +67,34 @@ def test_zeroctl_lists_the_saved_checkpoint_as_complete(zerod_endpoint, first_ru
             for c in listed] == [(K, "complete", 2, 2, first[0]["directory"])], listed
 
 
-def test_optimizer_state_dict_names_zt_save_and_zt_load(one_rank_job):
+def test_optimizer_state_dict_round_trips_and_refuses_another_shard(one_rank_job):
     import zerod.torch as zt
     from zerod.torch import ZerodError
-    _, opt = zt.shard(torch.nn.Linear(3, 2), stage=1)
-    for call in (opt.state_dict, lambda: opt.load_state_dict({})):
-        with pytest.raises(ZerodError, match=r"zt\.save\(dir\) and zt\.load\(dir\)"):
-            call()
+    model, opt = zt.shard(torch.nn.Linear(3, 2), stage=1, dtype="bf16", lr=0.1)
+    model(torch.ones(4, 3, dtype=torch.bfloat16)).float().sum().backward()
+    opt.step()
+    saved = opt.state_dict()
+    shard = saved["state"]["zerod"]
+    assert (shard["rank"], shard["world_size"], shard["stage"]) == (0, 1, 1)
+    assert shard["tensors"] == ["weight", "bias"]
+    assert shard["counters"]["tensor_steps"] == [1, 1]
+    assert shard["exp_avg_sq"].abs().sum() > 0 and "master" in shard  # bf16: the fp32 master too
+    assert saved["param_groups"][0]["params"] == [0, 1]
+    opt.param_groups[0]["lr"] = 0.5
+    model(torch.ones(4, 3, dtype=torch.bfloat16)).float().sum().backward()
+    opt.step()
+    opt.load_state_dict(saved)
+    assert opt.param_groups[0]["lr"] == 0.1
+    again = opt.state_dict()["state"]["zerod"]
+    for name in ("exp_avg", "exp_avg_sq", "master"):
+        assert torch.equal(again[name], shard[name]), name
+    assert again["counters"] == shard["counters"]
+    other = dict(shard, rank=1, world_size=2)
+    with pytest.raises(ZerodError, match="the shard is rank 1 of 2 at stage 1; this is rank 0 of "
+                                         "1 at stage 1"):
+        opt.load_state_dict({"state": {"zerod": other}, "param_groups": saved["param_groups"]})
+    with pytest.raises(ZerodError, match="holds no zerod shard"):
+        opt.load_state_dict({"state": {}, "param_groups": saved["param_groups"]})
 
 
 def test_save_refuses_bad_arguments_naming_them(one_rank_job, tmp_path):

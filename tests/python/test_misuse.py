@@ -19,7 +19,13 @@ def model():
     ({"stage": "three"}, "unknown stage 'three'"),
     ({"dtype": "fp8"}, "unknown dtype 'fp8' (expected 'fp32', 'bf16' or 'fp16', or torch.float32"),
     ({"dtype": torch.float64}, "unknown dtype torch.float64"),
-    ({"optimizer": "sgd"}, "unknown optimizer 'sgd' (expected 'adam' or 'adamw')"),
+    ({"optimizer": "sgd"}, "unknown optimizer 'sgd' (expected 'adam' or 'adamw', or a "
+                           "torch.optim.AdamW or torch.optim.Adam built on the module's parameters)"),
+    ({"optimizer": torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=0.1)},
+     "optimizer torch.optim.sgd.SGD is not supported: zerod runs Adam and AdamW itself"),
+    ({"optimizer": torch.optim.AdamW([nn.Parameter(torch.ones(1))]), "lr": 0.1},
+     "lr given with a torch optimizer, whose param_groups hold the hyperparameters"),
+    ({"accumulation_reduction": "avg"}, "accumulation_reduction must be 'mean' or 'sum', not 'avg'"),
     ({"lr": -1.0}, "invalid learning rate: -1.0"),
     ({"betas": (0.9, 1.0)}, "invalid betas: (0.9, 1.0)"),
     ({"eps": -1e-8}, "invalid epsilon value: -1e-08"),
@@ -127,9 +133,20 @@ def test_parameter_frozen_after_shard(one_rank_job):
         m(torch.randn(2, zt_models.IN))
 
 
-def test_step_without_backward(one_rank_job):
-    m, opt = zt.shard(model(), stage=3)
-    with pytest.raises(ZerodError, match=r"opt.step\(\) after 0 backward pass\(es\); expected 1"):
+def test_step_without_backward_steps_no_parameter(one_rank_job):
+    # As in torch: no parameter has a gradient, so none is stepped (not even weight decay).
+    m, opt = zt.shard(model(), stage=3, weight_decay=0.5)
+    before = zt.full_state_dict(m)
+    opt.step()
+    after = zt.full_state_dict(m)
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+
+
+def test_step_after_part_of_the_accumulation_is_refused(one_rank_job):
+    m, opt = zt.shard(model(), stage=2, gradient_accumulation_steps=2,
+                      accumulation_reduction="mean")
+    m(torch.randn(2, zt_models.IN)).sum().backward()
+    with pytest.raises(ZerodError, match=r"opt.step\(\) after 1 backward pass\(es\); expected 2"):
         opt.step()
 
 
@@ -142,16 +159,60 @@ def test_backward_twice_without_step(one_rank_job):
         m(x).sum().backward()
 
 
-def test_one_parameter_group(one_rank_job):
-    m, opt = zt.shard(model(), stage=1)
-    with pytest.raises(ZerodError, match="one parameter group"):
+def test_add_param_group_takes_only_parameters_zerod_holds(one_rank_job):
+    m = model()
+    opt = torch.optim.AdamW([p for n, p in m.named_parameters() if not n.startswith("out.")],
+                            lr=0.1)
+    m, opt = zt.shard(m, stage=1, optimizer=opt)
+    with pytest.raises(ZerodError, match=r"add_param_group: a tensor of shape \(1,\) is not a "
+                                         "trainable parameter of the sharded module"):
         opt.add_param_group({"params": [nn.Parameter(torch.ones(1))]})
+    with pytest.raises(ValueError, match="some parameters appear in more than one parameter "
+                                         "group"):
+        opt.add_param_group({"params": [m.inp.weight]})
+    # The output layer was left out of the optimizer: torch would not step it, nor does zerod,
+    # until a group takes it.
+    x = torch.randn(4, zt_models.IN)
+    out_before = zt.full_state_dict(m)["out.weight"]
+    m(x).pow(2).mean().backward()
+    opt.step()
+    assert torch.equal(zt.full_state_dict(m)["out.weight"], out_before)
+    opt.add_param_group({"params": list(m.out.parameters()), "lr": 0.05})
+    assert opt.param_groups[1]["betas"] == (0.9, 0.999)  # torch's defaults fill the group
+    opt.zero_grad()
+    m(x).pow(2).mean().backward()
+    opt.step()
+    assert not torch.equal(zt.full_state_dict(m)["out.weight"], out_before)
 
 
-def test_optimizer_state_dict_says_what_instead(one_rank_job):
-    m, opt = zt.shard(model(), stage=1)
-    with pytest.raises(ZerodError, match="zt.full_state_dict"):
-        opt.state_dict()
+@pytest.mark.parametrize("make, message", [
+    (lambda ps: type("MyAdamW", (torch.optim.AdamW,), {})(ps),
+     "optimizer test_misuse.MyAdamW is not supported"),
+    (lambda ps: torch.optim.Adam(ps, amsgrad=True), r"param_groups\[0\]\['amsgrad'\] is True"),
+    (lambda ps: torch.optim.AdamW(list(ps) + [nn.Parameter(torch.ones(3))]),
+     r"param_groups\[0\] holds a tensor of shape \(3,\) that is not one of the module's"),
+])
+def test_torch_optimizers_zerod_cannot_run_are_refused(make, message):
+    m = model()
+    with pytest.raises(ZerodError, match=message):
+        zt.shard(m, optimizer=make(m.parameters()))
+
+
+def test_an_optimizer_that_has_stepped_is_refused():
+    m = model()
+    opt = torch.optim.AdamW(m.parameters())
+    m(torch.randn(2, zt_models.IN)).sum().backward()
+    opt.step()
+    with pytest.raises(ZerodError, match="the AdamW has state already"):
+        zt.shard(m, optimizer=opt)
+
+
+def test_a_group_option_zerod_lacks_set_after_shard_is_refused_at_step(one_rank_job):
+    m, opt = zt.shard(model(), stage=0)
+    opt.param_groups[0]["maximize"] = True
+    m(torch.randn(2, zt_models.IN)).sum().backward()
+    with pytest.raises(ZerodError, match=r"param_groups\[0\]\['maximize'\] is True"):
+        opt.step()
 
 
 def test_rank_before_shard_needs_the_environment(monkeypatch):

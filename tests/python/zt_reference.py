@@ -4,7 +4,8 @@ One copy of the module per rank (copy.deepcopy of rank 0's, so per-rank buffers 
 BatchNorm's running statistics evolve on that rank's data only); each step, every copy takes the
 master parameters, runs its rank's part of the batch forward and backward, the gradients are
 averaged over ranks and accumulation steps (what DDP computes), clipped by the global norm if
-asked, and torch.optim.AdamW/Adam steps the master parameters."""
+asked, and torch.optim.AdamW/Adam steps the master parameters (those a backward reached: torch
+skips a parameter whose grad is None)."""
 
 import copy
 
@@ -26,6 +27,7 @@ def run(spec, world):
     losses = []
     for step in range(spec["steps"]):
         grads = [torch.zeros_like(p) for p in master]
+        used = [False] * len(master)  # some replica's backward reached it this step
         step_loss = 0.0
         for micro in range(accumulation):
             x, y = zt_models.batch(name, step * accumulation + micro, global_batch,
@@ -40,11 +42,16 @@ def run(spec, world):
                                          y[r * local:(r + 1) * local])
                 loss.backward()
                 step_loss += loss.item() / (world * accumulation)
-                for g, p in zip(grads, trainable):
+                for i, (g, p) in enumerate(zip(grads, trainable)):
                     if p.grad is not None:
                         g += p.grad
-        for p, g in zip(master, grads):
-            p.grad = g / (world * accumulation)
+                        used[i] = True
+        # As torch's zero_grad(set_to_none=False) (the workers' opt.zero_grad() under torch 1.x):
+        # a parameter no backward ever reached keeps grad None and is not stepped; one reached
+        # before steps on zeros.
+        for p, g, u in zip(master, grads, used):
+            if u or p.grad is not None:
+                p.grad = g / (world * accumulation)
         if spec.get("max_grad_norm", 0.0) > 0:
             torch.nn.utils.clip_grad_norm_(master, spec["max_grad_norm"])
         opt.step()

@@ -35,8 +35,10 @@ import torch
 from zerod._native import INVALID_ARGUMENT, FAILED_PRECONDITION, Session, ZerodError
 from zerod.torch import _layout
 from zerod.torch import _arguments
+from zerod.torch import _optimizer
 from zerod.torch._arguments import bad as _bad
 from zerod.torch._memory import DTYPES
+from zerod.torch._optimizer import ZeroOptimizer
 from zerod.torch._runtime import Runtime
 
 __all__ = ["shard", "rank", "world_size", "gathered", "full_state_dict", "load_state_dict",
@@ -67,9 +69,10 @@ def _device_of(model, trainable, device):
     return found
 
 
-def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+def shard(model, stage=3, dtype="fp32", lr=None, betas=None, eps=None,
           weight_decay=None, optimizer="adamw", max_grad_norm=0.0, *,
-          gradient_accumulation_steps=1, units=None, prefetch=1, max_live_units=None,
+          gradient_accumulation_steps=1, accumulation_reduction=None, units=None, prefetch=1,
+          max_live_units=None,
           bucket_cap_mb=25, gather_unit_mb=64, budget=None, initial_scale_power=16,
           cast_forward_inputs=True, threads=None, device=None, job=None, rank=None,
           world_size=None, endpoint=None, collective_timeout=120.0):
@@ -81,11 +84,18 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
     dtype: "fp32", "bf16" or "fp16", or the torch dtype (parameters and gradients; Adam's state
       is fp32; fp16 adds dynamic loss scaling starting at 2**initial_scale_power: call
       opt.backward(loss)).
-    optimizer: "adamw" (decoupled weight decay, torch.optim.AdamW) or "adam" (torch.optim.Adam).
-    weight_decay: torch's default for the optimizer when not given: 0.01 for AdamW, 0 for Adam.
+    optimizer: a torch.optim.AdamW or torch.optim.Adam built on the module's parameters, with
+      any parameter groups (each its own lr, betas, eps, weight_decay): zerod takes it over, and
+      the optimizer returned shares its param_groups (read at every step). Or "adamw"
+      (decoupled weight decay, torch.optim.AdamW) or "adam" (torch.optim.Adam), one group, with
+      lr (default 1e-3), betas ((0.9, 0.999)), eps (1e-8) and weight_decay (torch's default:
+      0.01 for AdamW, 0 for Adam) given here.
     max_grad_norm: clip by the global norm when > 0 (torch.nn.utils.clip_grad_norm_).
-    gradient_accumulation_steps: backward passes per opt.step(); gradients are averaged over
-      them and over the ranks.
+    gradient_accumulation_steps: backward passes per opt.step(); gradients are averaged over the
+      ranks and, with accumulation_reduction="mean", over the micro-steps (DeepSpeed's way: do
+      not divide the loss), or summed over them with "sum" (for a loop that divides its loss by
+      the number of micro-steps, as plain torch code does). Not given: "mean", with a warning at
+      the first step when gradient_accumulation_steps > 1.
     units (stage 3): which modules are gather units: a module class or class name, a set of
       them (as FSDP's transformer_auto_wrap_policy, or accelerate's class names), or a
       callable(name, module) -> bool; by default every module that holds parameters. Parameters
@@ -108,14 +118,13 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
             "(shard the module that holds every trainable part, once)"))
     if not isinstance(model, torch.nn.Module):
         raise _bad(f"expected a torch.nn.Module, got {type(model).__name__}")
-    if weight_decay is None:
-        weight_decay = 0.01 if optimizer == "adamw" else 0.0
     if hasattr(model, "_zerod_runtime"):
         raise ZerodError(FAILED_PRECONDITION, "zt.shard: this module was sharded already")
     stage = _arguments.check_stage(stage, budget)
     dtype = _arguments.dtype_name(dtype)
-    lr, betas, eps, weight_decay, max_grad_norm = _arguments.check_optimizer(
-        lr, betas, eps, weight_decay, optimizer, max_grad_norm)
+    hyper = _arguments.check_optimizer(lr, betas, eps, weight_decay, optimizer, max_grad_norm)
+    max_grad_norm = hyper[-1]
+    average = _arguments.check_accumulation_reduction(accumulation_reduction)
     _arguments.check_engine_knobs(gradient_accumulation_steps, prefetch, max_live_units,
                                   bucket_cap_mb, gather_unit_mb, initial_scale_power,
                                   cast_forward_inputs, threads, collective_timeout)
@@ -130,6 +139,12 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
         if e.param.layout != torch.strided:
             raise _bad(f"parameter '{e.name}' is {e.param.layout}: zerod shards dense tensors")
 
+    if isinstance(optimizer, torch.optim.Optimizer):
+        source = optimizer
+        decoupled = _optimizer.adopt(optimizer, model, trainable)
+    else:
+        source = _optimizer.build(optimizer, [e.param for e in trainable], *hyper[:4])
+        decoupled = optimizer == "adamw"
     labelled = stage in (3, "auto")
     layout = [{"name": e.name, "shape": list(e.param.shape), "dtype": dtype,
                **({"unit": _layout.unit_label(e.unit)} if labelled else {})} for e in trainable]
@@ -141,12 +156,15 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                    f"a unit runs inside {depth - 1} enclosing unit(s) that stay gathered (pass "
                    f"max_live_units >= {max(depth, prefetch + 1)}, or units= without nesting)")
     plan = {"stage": -1 if stage == "auto" else stage, "param_dtype": dtype, "grad_dtype": dtype,
-            "optimizer": optimizer, "reduce_bucket_bytes": int(bucket_cap_mb * 2**20),
+            "optimizer": "adamw" if decoupled else "adam",
+            "reduce_bucket_bytes": int(bucket_cap_mb * 2**20),
             "gather_unit_bytes": int(gather_unit_mb * 2**20), "prefetch_depth": int(prefetch),
             "max_live_units": int(max_live_units)}
     device_name = "cpu" if dev.type == "cpu" else f"cuda:{dev.index}"
     options = {"layout": layout, "plan": plan, "device": device_name,
-               "collective_timeout_s": float(collective_timeout)}
+               "collective_timeout_s": float(collective_timeout),
+               "agreed": _optimizer.agreed_options(source, max_grad_norm,
+                                                   gradient_accumulation_steps, average)}
     if budget is not None:
         options["budget_bytes"] = int(budget)
     for key, value in (("job", job), ("rank", rank), ("world_size", world_size),
@@ -158,10 +176,12 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
     try:
         info = session.describe()
         loss_scaling = info["param_dtype"] == "fp16"
-        engine = {"lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps,
-                  "weight_decay": weight_decay, "adamw": optimizer == "adamw",
+        first = _optimizer.group_config(source.param_groups[0], 0, decoupled)
+        engine = {"lr": first[0], "beta1": first[1], "beta2": first[2], "eps": first[3],
+                  "weight_decay": first[4], "adamw": decoupled,
                   "max_grad_norm": max_grad_norm,
                   "accumulation_steps": int(gradient_accumulation_steps),
+                  "average_accumulation": average,
                   "threads": int(threads or max(1, min(8, (os.cpu_count() or 1)))),
                   "loss_scale": {"enabled": loss_scaling,
                                  "initial_scale": float(2 ** initial_scale_power)}}
@@ -181,7 +201,9 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                 if b.is_floating_point():
                     b.data = b.data.to(compute)
         config = {"device": dev, "accumulation_steps": int(gradient_accumulation_steps),
-                  "loss_scaling": loss_scaling, "cast_forward_inputs": cast_forward_inputs}
+                  "loss_scaling": loss_scaling, "cast_forward_inputs": cast_forward_inputs,
+                  "accumulation_warning": _arguments.accumulation_warning(
+                      gradient_accumulation_steps, accumulation_reduction)}
         runtime = Runtime(model, trainable, session, info, config)
         runtime.owner = _SessionOwner(session)
         runtime.bind()
@@ -193,8 +215,11 @@ def shard(model, stage=3, dtype="fp32", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
     model._zerod_runtime = runtime
     _guard_state_dict(model, runtime)
     atexit.register(_leave_at_exit)
-    opt = ZeroOptimizer(runtime, [e.param for e in trainable],
-                        dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+    opt = ZeroOptimizer(runtime, source, decoupled)
+    runtime.optimizer = opt
+    if source is optimizer:
+        _optimizer.delegate(source, opt)
+    _optimizer.route_module_zero_grad(model, opt)
     return model, opt
 
 
@@ -254,62 +279,6 @@ def _guard_state_dict(model, rt):
 
     model._register_state_dict_hook(on_save)
     model._register_load_state_dict_pre_hook(on_load)
-
-
-class ZeroOptimizer(torch.optim.Optimizer):
-    """The sharded Adam/AdamW: each rank updates its shard of the fp32 state, inside zerod.
-
-    param_groups[0]["lr"] is read at every step, so torch's LR schedulers work; the other
-    hyper-parameters are fixed at zt.shard."""
-
-    def __init__(self, runtime, params, defaults):
-        self._runtime = runtime
-        super().__init__(params, defaults)
-        self.last_grad_norm = 0.0
-        self.last_step_applied = True
-
-    def add_param_group(self, param_group):
-        if self.param_groups:
-            raise ZerodError(FAILED_PRECONDITION, (
-                "zerod: ZeroOptimizer has one parameter group (the module given to zt.shard)"))
-        super().add_param_group(param_group)
-
-    @property
-    def loss_scale(self):
-        return self._runtime.session.loss_scale()
-
-    def backward(self, loss):
-        """loss.backward() with the loss multiplied by the loss scale (needed with fp16)."""
-        rt = self._runtime
-        if rt.loss_scaling:
-            rt.scaled_backward = True
-            loss = loss * rt.session.loss_scale()
-        loss.backward()
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        applied, norm, _ = self._runtime.step(self.param_groups[0]["lr"])
-        self.last_step_applied = applied
-        self.last_grad_norm = norm
-        return loss
-
-    def zero_grad(self, set_to_none=True):
-        for p in self.param_groups[0]["params"]:
-            p.grad = None  # gradients live in zerod's buffers; torch holds none between steps
-
-    def state_dict(self):
-        raise ZerodError(FAILED_PRECONDITION, (
-            "zerod: the optimizer state is sharded across ranks and never gathered on one: save "
-            "and resume training with zt.save(dir) and zt.load(dir) (every rank calls them; "
-            "they keep the model, the optimizer state and the step); zt.full_state_dict(model) "
-            "gives the parameters alone"))
-
-    def load_state_dict(self, state_dict):
-        self.state_dict()
 
 
 def _require():
@@ -444,18 +413,23 @@ Checkpoint.__doc__ = """What zt.load restored: the optimizer step it continues f
 zt.save ({} when none), and the checkpoint's directory."""
 
 
-def _module_state(rt):
+def _module_state(rt, scheduler):
     """This rank's own part of a checkpoint: the module's buffers (BatchNorm statistics, which
-    stay per rank as under DDP) and frozen parameters, which zerod does not hold."""
+    stay per rank as under DDP) and frozen parameters, which zerod does not hold; the optimizer's
+    parameter-group hyperparameters, and the LR scheduler's state when given."""
     state = {"buffers": {n: b.detach().to("cpu").clone() for n, b in rt.model.named_buffers()},
-             "frozen": {n: p.detach().to("cpu").clone() for n, p in rt.frozen}}
+             "frozen": {n: p.detach().to("cpu").clone() for n, p in rt.frozen},
+             **_optimizer.training_state(rt.optimizer, scheduler)}
     out = io.BytesIO()
     torch.save(state, out)
     return out.getvalue()
 
 
-def _restore_module_state(rt, extra, directory):
+def _restore_module_state(rt, extra, directory, scheduler):
     if not extra:
+        if scheduler is not None:
+            raise ZerodError(FAILED_PRECONDITION, (
+                f"zt.load: {directory} holds no scheduler state (it was not saved by zt.save)"))
         if list(rt.model.buffers()) or rt.frozen:
             raise ZerodError(FAILED_PRECONDITION, (
                 f"zt.load: {directory} holds no buffers or frozen parameters for this rank (it "
@@ -477,9 +451,10 @@ def _restore_module_state(rt, extra, directory):
                         f"zt.load: {kind} '{name}' has shape {tuple(saved[name].shape)} in "
                         f"{directory}, the module's is {tuple(value.shape)}"))
                 value.copy_(saved[name])
+    _optimizer.restore_training_state(rt.optimizer, state, scheduler, directory)
 
 
-def save(directory, keep_last=0, user=None):
+def save(directory, keep_last=0, user=None, scheduler=None):
     """Saves a sharded checkpoint of the training state as `directory`/step-<step> and returns
     that path (a collective: every rank calls it, between optimizer steps). Each rank writes what
     it holds, in parallel: the fp32 parameters, Adam's moments, the step and loss scale, and its
@@ -488,13 +463,17 @@ def save(directory, keep_last=0, user=None):
     keep_last > 0 then removes all but the newest keep_last complete checkpoints in `directory`.
     user: a JSON-serialisable dict kept with the checkpoint (rank 0's), e.g. the data loader's
     position ({"epoch": 3, "batch": 120}); zt.load returns it. As DeepSpeed's
-    engine.save_checkpoint(dir, client_state=...)."""
-    return _save(directory, keep_last, user, record=True)
+    engine.save_checkpoint(dir, client_state=...). The optimizer's parameter groups (lr, betas,
+    eps, weight_decay and what schedulers add, such as initial_lr) are always saved; scheduler:
+    a torch LR scheduler whose state_dict() is saved too (zt.load(dir, scheduler=) restores
+    it)."""
+    return _save(directory, keep_last, user, record=True, scheduler=scheduler)
 
 
-def _save(directory, keep_last, user, record):
+def _save(directory, keep_last, user, record, scheduler=None):
     rt = _require()
     name = "zt.save" if record else "zt.snapshot"
+    _optimizer.check_scheduler(rt.optimizer, scheduler, name)
     if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 0:
         raise ZerodError(INVALID_ARGUMENT, (
             f"{name}: keep_last must be an integer >= 0 (0 keeps every checkpoint), not "
@@ -506,11 +485,12 @@ def _save(directory, keep_last, user, record):
         text = None if user is None else json.dumps(user, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ZerodError(INVALID_ARGUMENT, f"{name}: user is not JSON-serialisable: {e}") from None
-    _, path = rt.session.save(os.fspath(directory), keep_last, text, _module_state(rt), record)
+    _, path = rt.session.save(os.fspath(directory), keep_last, text,
+                              _module_state(rt, scheduler), record)
     return path
 
 
-def load(directory):
+def load(directory, scheduler=None):
     """Restores the newest complete checkpoint in `directory` (or `directory` itself when it is
     one checkpoint's step-<step> directory) into the sharded module and optimizer, whatever world
     size and stage saved it (a collective: every rank calls it, after zt.shard, between steps).
@@ -522,19 +502,23 @@ def load(directory):
 
     A partial checkpoint (a save that did not finish) is skipped, never loaded. Each rank takes
     its own saved buffers and frozen parameters, or rank 0's when the saving job had no such
-    rank. As DeepSpeed's engine.load_checkpoint(dir), which returns the client state."""
+    rank. As DeepSpeed's engine.load_checkpoint(dir), which returns the client state. The
+    optimizer's parameter groups come back as saved (the LR a schedule had reached included);
+    scheduler: the LR scheduler to restore from the checkpoint (saved with zt.save(...,
+    scheduler=))."""
     rt = _require()
+    _optimizer.check_scheduler(rt.optimizer, scheduler, "zt.load")
     loaded = rt.session.load(os.fspath(directory))
-    return None if loaded is None else _restored(rt, loaded)
+    return None if loaded is None else _restored(rt, loaded, scheduler)
 
 
-def _restored(rt, loaded):
+def _restored(rt, loaded, scheduler):
     step, user, extra, path = loaded
-    _restore_module_state(rt, extra, path)
+    _restore_module_state(rt, extra, path, scheduler)
     return Checkpoint(step, json.loads(user) if user else {}, path)
 
 
-def snapshot(keep_last=2, user=None):
+def snapshot(keep_last=2, user=None, scheduler=None):
     """Saves an in-memory snapshot into $ZEROD_SNAPSHOT_DIR, the shared-memory directory that
     `zerorun --max-restarts` gives its ranks (a collective, as zt.save), and returns its path; None
     where there is no such directory. Cheap enough for every step: it costs a copy to memory. The
@@ -544,10 +528,10 @@ def snapshot(keep_last=2, user=None):
     if not directory:
         _require()
         return None
-    return _save(directory, keep_last, user, record=False)
+    return _save(directory, keep_last, user, record=False, scheduler=scheduler)
 
 
-def resume(directory=None):
+def resume(directory=None, scheduler=None):
     """zt.load of the newest complete checkpoint among `directory` (durable checkpoints; None:
     none) and $ZEROD_SNAPSHOT_DIR (in-memory snapshots, preferred at the same step): what a script
     under `zerorun --max-restarts` calls at its start. None when neither holds one: a first run.
@@ -558,11 +542,12 @@ def resume(directory=None):
             if step % 100 == 99: zt.save("ckpts", keep_last=3)
     """
     rt = _require()
+    _optimizer.check_scheduler(rt.optimizer, scheduler, "zt.resume")
     roots = [r for r in (os.environ.get("ZEROD_SNAPSHOT_DIR"), directory) if r]
     if not roots:
         return None
     loaded = rt.session.resume([os.fspath(r) for r in roots])
-    return None if loaded is None else _restored(rt, loaded)
+    return None if loaded is None else _restored(rt, loaded, scheduler)
 
 
 def memory_stats():

@@ -54,8 +54,23 @@ def dtype_name(dtype):
 
 
 def check_optimizer(lr, betas, eps, weight_decay, optimizer, max_grad_norm):
-    if optimizer not in OPTIMIZERS:
-        raise bad(f"unknown optimizer {optimizer!r} (expected 'adam' or 'adamw')")
+    """(lr, betas, eps, weight_decay, max_grad_norm), defaults filled in for the string form
+    (None for a torch optimizer, whose param_groups hold them)."""
+    if isinstance(optimizer, torch.optim.Optimizer):
+        given = [n for n, v in (("lr", lr), ("betas", betas), ("eps", eps),
+                                ("weight_decay", weight_decay)) if v is not None]
+        if given:
+            raise bad(f"{', '.join(given)} given with a torch optimizer, whose param_groups hold "
+                      "the hyperparameters: set them on the optimizer (or its groups)")
+        return None, None, None, None, _max_grad_norm(max_grad_norm)
+    if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
+        raise bad(f"unknown optimizer {optimizer!r} (expected 'adam' or 'adamw', or a "
+                  "torch.optim.AdamW or torch.optim.Adam built on the module's parameters)")
+    lr = 1e-3 if lr is None else lr
+    betas = (0.9, 0.999) if betas is None else betas
+    eps = 1e-8 if eps is None else eps
+    if weight_decay is None:
+        weight_decay = 0.01 if optimizer == "adamw" else 0.0
     # torch.optim's range checks and messages, after a type check it does not make.
     lr = _number("lr", lr, "the learning rate, >= 0")
     if not 0.0 <= lr:
@@ -70,10 +85,33 @@ def check_optimizer(lr, betas, eps, weight_decay, optimizer, max_grad_norm):
     weight_decay = _number("weight_decay", weight_decay, ">= 0")
     if not 0.0 <= weight_decay:
         raise bad(f"invalid weight_decay value: {weight_decay} (expected >= 0)")
+    return lr, (float(betas[0]), float(betas[1])), eps, weight_decay, \
+        _max_grad_norm(max_grad_norm)
+
+
+def _max_grad_norm(max_grad_norm):
     max_grad_norm = _number("max_grad_norm", max_grad_norm, ">= 0; 0 turns clipping off")
     if not 0.0 <= max_grad_norm:
         raise bad(f"invalid max_grad_norm: {max_grad_norm} (expected >= 0; 0 turns clipping off)")
-    return lr, (float(betas[0]), float(betas[1])), eps, weight_decay, max_grad_norm
+    return max_grad_norm
+
+
+def check_accumulation_reduction(reduction):
+    """Whether gradients are averaged (True) or summed over the accumulation micro-steps."""
+    if reduction not in (None, "mean", "sum"):
+        raise bad(f"accumulation_reduction must be 'mean' or 'sum', not {reduction!r}")
+    return reduction != "sum"
+
+
+def accumulation_warning(steps, reduction):
+    """The warning of the first step with accumulation when the reduction was not chosen."""
+    if reduction is not None or steps <= 1:
+        return None
+    return (f"zerod averages gradients over gradient_accumulation_steps={steps} micro-steps (as "
+            f"DeepSpeed does): a loop that also divides its loss by {steps}, as plain torch "
+            f"code does, trains with a gradient {steps}x too small. Pass "
+            "accumulation_reduction='sum' to zt.shard for such a loop, or "
+            "accumulation_reduction='mean' to confirm (either silences this)")
 
 
 def check_stage(stage, budget):

@@ -16,16 +16,17 @@ engine from torch's forward and backward.
 - Gradients: a hook on each parameter's AccumulateGrad node fires once per backward, after every
   use has contributed; the gradient goes to the engine as fp32 (whole segments at stages 2-3, so
   a bucket fills at a time) and p.grad is cleared. At the end of backward, parameters that got
-  no gradient contribute zeros, so every rank reduces the same tensors in the same order.
+  no gradient are given to the engine as having none (zeros in the reduction, so every rank
+  reduces the same tensors in the same order; a tensor no rank gave one is not stepped).
 """
 
 import collections
-import math
+import warnings
 
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
-from zerod._native import ZerodError, FAILED_PRECONDITION, INVALID_ARGUMENT
+from zerod._native import ZerodError, FAILED_PRECONDITION
 from zerod.torch._memory import DTYPES, storage_key, tensor_at
 
 from zerod.torch._use_check import sharded_parameter_class, tensors_in
@@ -66,6 +67,7 @@ class Runtime:
         self.dtype = DTYPES[self.dtype_name]
         self.device = config["device"]
         self.accumulation = config["accumulation_steps"]
+        self.accumulation_warning = config.get("accumulation_warning")
         self.loss_scaling = config["loss_scaling"]
         self.cast_inputs = config["cast_forward_inputs"] and self.dtype != torch.float32
         self.by_id = {id(e.param): e for e in trainable}
@@ -90,6 +92,7 @@ class Runtime:
         self.gathered_hooks = []  # saved-tensor hooks entered by zt.gathered blocks open now
         self.versions = [0] * len(trainable)  # p._version when zerod last set the parameter
         self.owner = None  # keeps the session's memory alive while a view of it exists
+        self.optimizer = None  # the ZeroOptimizer zt.shard returned
         self.micro_steps = 0
         self.scaled_backward = False  # the running backward's loss was multiplied by the scale
         self.keepalive = []  # fp32 gradients the device may still read (GPU)
@@ -404,11 +407,13 @@ class Runtime:
             raise ZerodError(FAILED_PRECONDITION,
                              f"zerod: gradient of '{e.name}' given twice in one backward")
         self.grad_seen[e.index] = True
-        g = grad.detach().to(dtype=torch.float32, memory_format=torch.contiguous_format)
-        if self.loss_scaling and not self.scaled_backward:
-            g = g * self.session.loss_scale()  # the engine unscales what it is given
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
+        g = None  # no gradient: the engine counts zeros, and the tensor as unused by this rank
+        if grad is not None:
+            g = grad.detach().to(dtype=torch.float32, memory_format=torch.contiguous_format)
+            if self.loss_scaling and not self.scaled_backward:
+                g = g * self.session.loss_scale()  # the engine unscales what it is given
+            if self.device.type == "cuda":
+                torch.cuda.current_stream(self.device).synchronize()
         segment = self.tensor_units[e.index]
         if self.stage < 2:
             self._accumulate(e.index, g)
@@ -425,8 +430,8 @@ class Runtime:
                 self.release(segment)
 
     def _accumulate(self, index, g):
-        self.session.accumulate_grad(index, g.data_ptr())
-        if self.device.type == "cuda":
+        self.session.accumulate_grad(index, None if g is None else g.data_ptr())
+        if self.device.type == "cuda" and g is not None:
             self.keepalive.append(g)  # the engine's stream may still read it
 
     def _end_backward(self):
@@ -434,11 +439,10 @@ class Runtime:
             self.release_all()
             self._reset_backward()
             return
-        # Parameters the graph did not reach contribute zeros: every rank gives every tensor.
+        # Parameters the graph did not reach have no gradient: every rank gives every tensor.
         for e in self.trainable:
             if not self.grad_seen[e.index]:
-                self._deliver(e, torch.zeros(self.shapes[e.index], dtype=torch.float32,
-                                             device=self.device))
+                self._deliver(e, None)
         self.release_all()
         if self.keepalive:
             self.session.synchronize()
@@ -449,26 +453,48 @@ class Runtime:
 
     # ---- step ----------------------------------------------------------------------------------
 
-    def step(self, lr):
+    def step(self, configs, tensor_group):
+        """One optimizer step: `configs` and `tensor_group` as Session.step_groups takes them."""
         if self.in_backward:
             raise ZerodError(FAILED_PRECONDITION, "zerod: opt.step() during backward")
         if self.materialized:
             raise ZerodError(FAILED_PRECONDITION, (
                 "zerod: opt.step() inside zt.gathered(model): the block holds copies of the "
                 "parameters that the step would leave stale; step after the block"))
-        if self.micro_steps != self.accumulation:
+        if self.micro_steps not in (0, self.accumulation):
             raise ZerodError(FAILED_PRECONDITION, (
                 f"zerod: opt.step() after {self.micro_steps} backward pass(es); expected "
                 f"{self.accumulation} (gradient_accumulation_steps)"))
-        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
-            raise ZerodError(INVALID_ARGUMENT, (
-                f"zerod: learning rate {lr!r} (param_groups[0]['lr']) is not a finite number >= 0"))
+        self.warn_accumulation()
         self.release_all()
         for e in self.trainable:
             self._check_unchanged(e, "since the last step")
-        result = self.session.step(lr)
+        result = self.session.step_groups(configs, tensor_group)
         self.micro_steps = 0
         return result
+
+    def zero_grad(self, set_to_none):
+        """torch's optimizer.zero_grad: discards the gradients of the backward passes since the
+        last step (the engine holds them), and with set_to_none forgets which parameters had
+        one, as torch's grads set to None are."""
+        if self.in_backward:
+            raise ZerodError(FAILED_PRECONDITION, "zerod: opt.zero_grad() during backward")
+        if self.closed:
+            return
+        self.session.zero_grad(set_to_none)
+        self.micro_steps = 0
+        self.scaled_backward = False
+        for e in self.trainable:
+            e.param.grad = None  # gradients live in zerod's buffers; torch holds none
+
+    def warn_accumulation(self):
+        """Once, at the first step with gradient accumulation and no accumulation_reduction
+        given: zerod averages over the micro-steps, which code that divides its loss by their
+        number (plain torch's habit) would do twice."""
+        if self.accumulation_warning is None:
+            return
+        warnings.warn(self.accumulation_warning, stacklevel=4)
+        self.accumulation_warning = None
 
     def _check_unchanged(self, e, when):
         """An in-place change to a parameter (p.clamp_(), p.copy_()) that zerod would silently
