@@ -218,12 +218,16 @@ absl::Status ZeroEngine::ZeroGrad(bool set_to_none) {
         absl::StrCat("engine: ZeroGrad in the middle of a micro-step (", grads_this_micro_, " of ",
                      plan_->tensors().size(), " gradients given)"));
   }
-  // Reductions in flight land first: their buffers are then free and zeroed.
-  LaunchHeldReduces();
-  for (BucketBuffer& bucket : buckets_) ZEROD_RETURN_IF_ERROR(FinishReduceScatter(bucket));
-  ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
-  ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
-  micro_steps_ = 0;
+  // Nothing given since the last Step or ZeroGrad (zero_grad at the top of a loop): the buffers
+  // are zero already, and a call costs nothing.
+  if (micro_steps_ > 0) {
+    // Reductions in flight land first: their buffers are then free and zeroed.
+    LaunchHeldReduces();
+    for (BucketBuffer& bucket : buckets_) ZEROD_RETURN_IF_ERROR(FinishReduceScatter(bucket));
+    ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
+    ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
+    micro_steps_ = 0;
+  }
   if (set_to_none) std::fill(has_grad_.begin(), has_grad_.end(), false);
   return absl::OkStatus();
 }
