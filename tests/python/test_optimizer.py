@@ -58,7 +58,7 @@ def test_param_groups_scheduler_and_an_unused_head_train_as_torch(run_job, tmp_p
     assert_matches(run(run_job, tmp_path, spec, world), reference)
 
 
-@pytest.mark.parametrize("stage", [0, 2, 3])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_zero_grad_without_set_to_none_steps_on_zeros(run_job, tmp_path, stage):
     # zero_grad(set_to_none=False) keeps torch's grads as zeros: the aux head, once used, steps
     # on zeros every step after (weight decay, moment decay), and step 5's discarded gradients
@@ -70,7 +70,7 @@ def test_zero_grad_without_set_to_none_steps_on_zeros(run_job, tmp_path, stage):
     assert_matches(run(run_job, tmp_path, spec, 2), reference)
 
 
-@pytest.mark.parametrize("stage", [0, 3])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
 @pytest.mark.parametrize("reduction, divide", [("mean", False), ("sum", True)])
 def test_accumulation_reduction_matches_the_loop_it_is_for(run_job, tmp_path, stage, reduction,
                                                           divide):
@@ -81,6 +81,31 @@ def test_accumulation_reduction_matches_the_loop_it_is_for(run_job, tmp_path, st
     results = run(run_job, tmp_path, spec, 2)
     assert_matches(results, zt_gpt.reference(spec))
     assert not any("gradient_accumulation_steps" in w for r in results for w in r["warnings"])
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+@pytest.mark.parametrize("how", ["opt", "model", "source"])
+def test_zero_grad_after_backward_discards_what_backward_gave(one_rank_job, stage, how):
+    # The issue's case: AdamW at lr 0.1, backward, zero_grad(), step. torch moves the parameters
+    # by the weight decay alone (p * lr * wd), never by the discarded gradient.
+    import zerod.torch as zt
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(4, 3)
+    mine = torch.nn.Linear(4, 3)
+    mine.load_state_dict(plain.state_dict())
+    x = torch.randn(5, 4)
+    torch_opt = torch.optim.AdamW(plain.parameters(), lr=0.1)
+    plain(x).pow(2).sum().backward()
+    torch_opt.zero_grad(set_to_none=False)
+    torch_opt.step()
+    source = torch.optim.AdamW(mine.parameters(), lr=0.1)
+    model, opt = zt.shard(mine, stage=stage, optimizer=source)
+    model(x).pow(2).sum().backward()
+    {"opt": opt, "model": model, "source": source}[how].zero_grad(set_to_none=False)
+    opt.step()
+    got = zt.full_state_dict(model)
+    for name, expected in plain.state_dict().items():
+        torch.testing.assert_close(got[name], expected, rtol=0, atol=1e-7)
 
 
 def test_accumulation_without_a_reduction_warns_once(run_job, tmp_path):
