@@ -26,7 +26,6 @@
 #include "server/metrics/call_metrics.h"
 #include "server/metrics/job_metrics.h"
 #include "server/metrics/text_format.h"
-#include "server/pem_file.h"
 #include "server/state/state_store.h"
 #include "server/status/access_gate.h"
 #include "server/status/history_sampler.h"
@@ -55,8 +54,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
       !s.ok()) {
     return s;
   }
-  auto tcp_credentials = auth::TcpCredentials(options.tls);
-  if (!tcp_credentials.ok()) return tcp_credentials.status();
   gid_t socket_gid = static_cast<gid_t>(-1);
   if (!options.socket_group.empty()) {
     const group* g = getgrnam(options.socket_group.c_str());
@@ -109,40 +106,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   if (absl::Status s = d->registry_->Recover(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(db, ": ", s.message()));
   }
-  if (options.authenticate) {
-    const std::string admin_file = options.admin_token_file.empty()
-                                       ? options.data_dir + "/admin.token"
-                                       : options.admin_token_file;
-    auto admin = auth::LoadOrCreateAdminToken(admin_file);
-    if (!admin.ok()) return admin.status();
-    auth::ViewPolicy views{.open = options.open_inspection};
-    if (!options.tls.cluster_ca.empty()) {
-      auto ca = ReadPemFile(options.tls.cluster_ca, "--cluster-ca");
-      if (!ca.ok()) return ca.status();
-      auto members = auth::ClusterMembers::FromPem(*ca);
-      if (!members.ok()) return members.status();
-      views.cluster_members = *std::move(members);
-    }
-    const std::string viewer_file = options.viewer_token_file.empty()
-                                        ? options.data_dir + "/viewer.token"
-                                        : options.viewer_token_file;
-    if (!options.open_inspection) {
-      auto viewer = auth::LoadOrCreateViewerToken(viewer_file, viewer_gid);
-      if (!viewer.ok()) return viewer.status();
-      views.viewer_token = *viewer;
-    }
-    const JobRegistry* registry = d->registry_.get();
-    d->tokens_ = std::make_unique<auth::JobTokens>(
-        d->kv_.get(), [registry](const std::string& job_id) { return registry->JobExists(job_id); },
-        [registry](const std::string& job_id) { return registry->JobEnded(job_id); }, *admin,
-        views);
-    if (absl::Status s = d->tokens_->Recover(); !s.ok()) return s;
-    log->info("authentication on: job tokens, admin token {}; read-only views over TCP: {}",
-              admin_file,
-              options.open_inspection ? "open (--open-inspection)" : "viewer token " + viewer_file);
-  } else {
-    log->warn("authentication off (--no-auth): any client may act on any job");
-  }
+  if (absl::Status s = d->StartAuth(viewer_gid); !s.ok()) return s;
   d->checkpoints_ = std::make_unique<CheckpointRecords>(
       d->kv_.get(), d->clock_.get(),
       [registry = d->registry_.get()](const std::string& job_id) {
@@ -166,7 +130,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
   }
   if (!options.listen_address.empty()) {
-    builder.AddListeningPort(options.listen_address, *tcp_credentials, &d->tcp_port_);
+    builder.AddListeningPort(options.listen_address, auth::TcpCredentials(options.tls),
+                             &d->tcp_port_);
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
@@ -229,6 +194,42 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   }
   d->reaper_ = std::thread([raw = d.get()] { raw->ReaperLoop(); });
   return d;
+}
+
+absl::Status Daemon::StartAuth(gid_t viewer_gid) {
+  auto log = Logger("coordinator");
+  if (!options_.authenticate) {
+    log->warn("authentication off (--no-auth): any client may act on any job");
+    return absl::OkStatus();
+  }
+  const std::string admin_file = options_.admin_token_file.empty()
+                                     ? options_.data_dir + "/admin.token"
+                                     : options_.admin_token_file;
+  auto admin = auth::LoadOrCreateAdminToken(admin_file);
+  if (!admin.ok()) return admin.status();
+  auth::ViewPolicy views{.open = options_.open_inspection};
+  if (!options_.tls.cluster_ca.empty()) {
+    auto members = auth::ClusterMembers::FromPem(options_.tls.cluster_ca, clock_.get());
+    if (!members.ok()) return members.status();
+    views.cluster_members = *std::move(members);
+  }
+  const std::string viewer_file = options_.viewer_token_file.empty()
+                                      ? options_.data_dir + "/viewer.token"
+                                      : options_.viewer_token_file;
+  if (!options_.open_inspection) {
+    auto viewer = auth::LoadOrCreateViewerToken(viewer_file, viewer_gid);
+    if (!viewer.ok()) return viewer.status();
+    views.viewer_token = *viewer;
+  }
+  const JobRegistry* registry = registry_.get();
+  tokens_ = std::make_unique<auth::JobTokens>(
+      kv_.get(), [registry](const std::string& job_id) { return registry->JobExists(job_id); },
+      [registry](const std::string& job_id) { return registry->JobEnded(job_id); }, *admin, views);
+  if (absl::Status s = tokens_->Recover(); !s.ok()) return s;
+  log->info("authentication on: job tokens, admin token {}; read-only views over TCP: {}",
+            admin_file,
+            options_.open_inspection ? "open (--open-inspection)" : "viewer token " + viewer_file);
+  return absl::OkStatus();
 }
 
 absl::Status Daemon::StartHttp() {

@@ -63,9 +63,10 @@ struct DaemonOptions {
   // Whether Start takes the data dir's and the socket's locks; false when the caller holds them
   // for longer than this daemon (a cluster member, which changes roles on the same paths).
   bool claim_paths = true;
-  // How zerod speaks to etcd (--etcd-ca, --etcd-cert, --etcd-key), and whether it may run on an
-  // etcd that lets in anyone who reaches it (--allow-insecure-etcd; server/state/etcd_security.h).
-  EtcdTlsFiles etcd_tls;
+  // How zerod speaks to etcd (--etcd-ca, --etcd-cert, --etcd-key, read once at start by
+  // LoadEtcdTls), and whether it may run on an etcd that is not zerod's own
+  // (--allow-insecure-etcd; server/state/etcd_security.h).
+  EtcdTls etcd_tls;
   bool allow_insecure_etcd = false;
   // The host other nodes reach this node's ranks at (--node-address; else --advertise's host, or
   // in a cluster the --listen host): ranks that join through the socket are told it, and their
@@ -97,7 +98,9 @@ struct DaemonOptions {
   // Who may connect to the Unix socket at all: its mode, and its group (empty: the daemon's).
   int socket_mode = 0660;
   std::string socket_group;
-  auth::TlsFiles tls;  // for the TCP listener; its cluster_ca names who is a cluster member
+  // The TCP listener's TLS (read once at start by auth::LoadTls); its cluster_ca names who is a
+  // cluster member.
+  auth::TlsPem tls;
   bool allow_plaintext_tcp = false;  // a non-loopback listener without TLS
   // The HTTP listener (/metrics, the status page): --http-listen, empty = none. Port 0 picks one.
   std::string http_listen;
@@ -142,6 +145,8 @@ class Daemon {
   void ReaperLoop();
   // The HTTP listener on options_.http_listen, with /metrics.
   absl::Status StartHttp();
+  // Job tokens, the admin and viewer tokens, and who is a cluster member (options_.authenticate).
+  absl::Status StartAuth(gid_t viewer_gid);
 
   DaemonOptions options_;
   // Destroyed last: the claims outlive everything that uses the data dir and the socket.

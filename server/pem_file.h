@@ -17,9 +17,15 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& path, absl::string_vi
 // As ReadPemFile, for a private key that must be zerod's alone: refused (INVALID_ARGUMENT naming
 // the flag) when another user owns it or its mode lets a group or others read or write it. A
 // symbolic link is followed (a Kubernetes Secret's files are links); its target is what counts.
-// A file in systemd's $CREDENTIALS_DIRECTORY (LoadCredential=) is taken as it is: systemd gives it
-// to the service alone, through an ACL its mode bits do not show.
+// A file in systemd's $CREDENTIALS_DIRECTORY (LoadCredential=) may be root's and readable by its
+// group (systemd gives it to the service alone through an ACL, whose mask the group bits show),
+// never by others, and only while that directory is root's and writable by root alone: the
+// variable set outside systemd buys nothing.
 absl::StatusOr<std::string> ReadPrivateKeyFile(const std::string& path, absl::string_view flag);
+
+// The subject's common name (CN) of the first certificate in `pem`; empty when there is none or
+// it cannot be parsed.
+std::string CertificateCommonName(absl::string_view pem);
 
 }  // namespace zerod::server
 

@@ -33,6 +33,19 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
+// The PEM files of the TLS flags into `options`; INVALID_ARGUMENT naming the flag at fault.
+absl::Status LoadCredentials(const zerod::server::auth::TlsFiles& tls_files,
+                             const zerod::server::EtcdTlsFiles& etcd_files,
+                             zerod::server::DaemonOptions* options) {
+  auto tls = zerod::server::auth::LoadTls(tls_files);
+  if (!tls.ok()) return tls.status();
+  auto etcd_tls = zerod::server::LoadEtcdTls(etcd_files);
+  if (!etcd_tls.ok()) return etcd_tls.status();
+  options->tls = *std::move(tls);
+  options->etcd_tls = *std::move(etcd_tls);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -41,6 +54,9 @@ int main(int argc, char** argv) {
   // than the daemon's own work per call. Lock ordering is checked by the TSan build instead.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   DaemonOptions options;
+  // The TLS flags name files; LoadCredentials reads them into options.
+  auth::TlsFiles tls_files;
+  EtcdTlsFiles etcd_files;
   options.socket_path = "/run/zerod/zerod.sock";
   options.listen_address = "127.0.0.1:7420";
   std::string lease_ttl = "10s", restart_grace = "10s", sync = "full", log_level = "info";
@@ -63,16 +79,17 @@ int main(int argc, char** argv) {
                  "transaction (raise both for large jobs: README \"zerod on etcd\")")
       ->capture_default_str();
   // How zerod speaks to etcd (docs/operators.md "zerod on etcd").
-  app.add_option("--etcd-ca", options.etcd_tls.ca,
+  app.add_option("--etcd-ca", etcd_files.ca,
                  "CA of etcd's member certificates: zerod speaks TLS to etcd when given it");
-  app.add_option("--etcd-cert", options.etcd_tls.cert,
+  app.add_option("--etcd-cert", etcd_files.cert,
                  "zerod's client certificate for etcd (its CN is zerod's etcd user, with "
                  "etcd's --client-cert-auth)");
-  app.add_option("--etcd-key", options.etcd_tls.key,
+  app.add_option("--etcd-key", etcd_files.key,
                  "Private key of --etcd-cert (zerod's alone: mode 0600 or stricter)");
   app.add_flag("--allow-insecure-etcd", options.allow_insecure_etcd,
-               "Run on an etcd that lets in anyone who can reach it (no client certificate, no "
-               "user): whoever can would read and rewrite the cluster's state (a test rig only)");
+               "Run on an etcd that is not zerod's own: its authentication off (whoever reaches "
+               "it could read and rewrite the cluster's state), or zerod's user let beyond its "
+               "keys (a test rig only)");
   zerod::server::cluster::ClusterOptions cluster_options;
   app.add_option("--node", cluster_options.node,
                  "This node's name in an etcd cluster (default: the host name)");
@@ -158,11 +175,11 @@ int main(int argc, char** argv) {
   app.add_flag("--open-inspection", options.open_inspection,
                "Read-only views need no token: gRPC over TCP and the whole HTTP listener "
                "(/metrics, the status page) (a trusted network only)");
-  app.add_option("--tls-cert", options.tls.cert, "PEM certificate of the TCP listener");
-  app.add_option("--tls-key", options.tls.key, "PEM private key of the TCP listener");
-  app.add_option("--tls-client-ca", options.tls.client_ca,
+  app.add_option("--tls-cert", tls_files.cert, "PEM certificate of the TCP listener");
+  app.add_option("--tls-key", tls_files.key, "PEM private key of the TCP listener");
+  app.add_option("--tls-client-ca", tls_files.client_ca,
                  "Require TCP clients to present a certificate signed by this CA");
-  app.add_option("--cluster-ca", options.tls.cluster_ca,
+  app.add_option("--cluster-ca", tls_files.cluster_ca,
                  "CA of an etcd cluster's member certificates (their --tls-cert): members speak "
                  "mutual TLS to one another, and a forwarded call is believed only from one");
   app.add_flag("--allow-plaintext-tcp", options.allow_plaintext_tcp,
@@ -209,11 +226,15 @@ int main(int argc, char** argv) {
   if (absl::Status s = zerod::server::CheckStoreFlag(options.store); !s.ok()) {
     return UsageError(std::string(s.message()));
   }
-  if (options.store == "sqlite" && (!options.etcd_tls.empty() || !options.tls.cluster_ca.empty() ||
-                                    options.allow_insecure_etcd)) {
+  if (options.store == "sqlite" &&
+      (!etcd_files.empty() || !tls_files.cluster_ca.empty() || options.allow_insecure_etcd)) {
     return UsageError(
         "--etcd-ca, --etcd-cert, --etcd-key, --allow-insecure-etcd and --cluster-ca are for a "
         "zerod on etcd (--store etcd://...)");
+  }
+  // Every certificate and key is read here, once: a file zerod cannot use is a usage error.
+  if (absl::Status s = LoadCredentials(tls_files, etcd_files, &options); !s.ok()) {
+    return UsageError(std::string(s.message()));
   }
   if (sync == "full") {
     options.durability = Durability::kFull;

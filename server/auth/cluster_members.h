@@ -10,8 +10,8 @@
 // certificate's key; this checks whose certificate it is, which the listener's own check cannot
 // tell when it also trusts a CA of clients (--tls-client-ca).
 //
-// Thread-safe. Verdicts are cached per certificate for a minute: a connection's calls present the
-// same one.
+// Thread-safe. Verdicts are cached per certificate for a minute (a connection's calls present the
+// same one), never past the moment a certificate of the chain expires.
 
 #include <memory>
 #include <string>
@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "runtime/common/mutex.h"
+#include "server/clock.h"
 
 typedef struct x509_store_st X509_STORE;
 
@@ -29,9 +30,11 @@ namespace zerod::server::auth {
 
 class ClusterMembers {
  public:
-  // From the cluster CA's PEM (one or more certificates; an intermediate may be the anchor).
+  // From the cluster CA's PEM (one or more certificates; an intermediate may be the anchor, alone).
+  // Certificates are judged at `clock`'s time (null: real time), which must outlive this.
   // INVALID_ARGUMENT naming --cluster-ca when it holds no certificate.
-  static absl::StatusOr<std::unique_ptr<ClusterMembers>> FromPem(const std::string& ca_pem);
+  static absl::StatusOr<std::unique_ptr<ClusterMembers>> FromPem(const std::string& ca_pem,
+                                                                 const Clock* clock = nullptr);
   ~ClusterMembers();
   ClusterMembers(const ClusterMembers&) = delete;
   ClusterMembers& operator=(const ClusterMembers&) = delete;
@@ -41,15 +44,24 @@ class ClusterMembers {
   // authenticate a TLS client.
   bool IsMember(absl::string_view leaf_pem, absl::string_view chain_pem) const;
 
+  // Whether a certificate in `pem` is one of the cluster's CA certificates or chains to them,
+  // whatever its purpose or dates: a CA of clients that does could sign what passes for a member.
+  bool Covers(absl::string_view pem) const;
+
  private:
-  explicit ClusterMembers(X509_STORE* store) : store_(store) {}
-  bool Verify(absl::string_view leaf_pem, absl::string_view chain_pem) const;
+  struct Verdict {
+    bool member = false;
+    absl::Time until;  // when it is to be reached again
+  };
+  ClusterMembers(X509_STORE* store, const Clock* clock);
+  Verdict Verify(absl::string_view leaf_pem, absl::string_view chain_pem, absl::Time now) const;
 
   X509_STORE* const store_;
+  const RealClock real_clock_;
+  const Clock* const clock_;
   mutable Mutex mu_;
-  // SHA-256 of leaf and chain -> the verdict and when it was reached.
-  mutable absl::flat_hash_map<std::string, std::pair<bool, absl::Time>> verdicts_
-      ABSL_GUARDED_BY(mu_);
+  // SHA-256 of leaf and chain -> the verdict.
+  mutable absl::flat_hash_map<std::string, Verdict> verdicts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zerod::server::auth

@@ -20,35 +20,49 @@
 
 namespace zerod::server::auth {
 
+// The TLS flags: files, as given (empty: not given).
 struct TlsFiles {
-  std::string cert;       // PEM certificate chain of the daemon
-  std::string key;        // its PEM private key
-  std::string client_ca;  // optional: require client certificates signed by this CA
-  // An etcd cluster's CA, which signs its members' certificates (`cert`) and nobody else's: the
-  // listener asks for client certificates and verifies them against it (and client_ca).
+  std::string cert;       // --tls-cert: PEM certificate chain of the daemon
+  std::string key;        // --tls-key: its PEM private key
+  std::string client_ca;  // --tls-client-ca: optional, require client certificates of this CA
+  // --cluster-ca: an etcd cluster's CA, which signs its members' certificates (`cert`) and nobody
+  // else's: the listener asks for client certificates and verifies them against it (and client_ca).
   std::string cluster_ca;
   bool enabled() const {
     return !cert.empty() || !key.empty() || !client_ca.empty() || !cluster_ca.empty();
   }
 };
 
+// Their PEM contents, read once at start (LoadTls).
+struct TlsPem {
+  std::string cert;
+  std::string key;
+  std::string client_ca;
+  std::string cluster_ca;
+  bool enabled() const { return !cert.empty(); }
+};
+
+// Reads the files, each once: the key must be zerod's alone (server/pem_file.h). INVALID_ARGUMENT
+// naming the flag when a file cannot be read, the flags do not go together (--tls-cert with
+// --tls-key; the CAs need both), or a certificate of --tls-client-ca is, or chains to, one of
+// --cluster-ca (every client with a certificate could then pass for a member).
+absl::StatusOr<TlsPem> LoadTls(const TlsFiles& files);
+
 // Whether `listen` (HOST:PORT) is a loopback address: 127.0.0.0/8, [::1] or localhost.
 bool IsLoopback(const std::string& listen);
 
 // INVALID_ARGUMENT, one line naming the flag, when the TCP listener would be plaintext off
-// loopback without `allow_plaintext`, or TLS is half configured.
-absl::Status CheckTcpSecurity(const std::string& listen, const TlsFiles& tls, bool allow_plaintext);
+// loopback without `allow_plaintext`.
+absl::Status CheckTcpSecurity(const std::string& listen, const TlsPem& tls, bool allow_plaintext);
 
-// TLS credentials from the files, or insecure ones when TLS is off. INVALID_ARGUMENT naming the
-// flag when a file cannot be read, or when --cluster-ca and --tls-client-ca share a certificate
-// (every client with a certificate could then pass for a member).
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const TlsFiles& tls);
+// TLS credentials for the listener, or insecure ones when TLS is off.
+std::shared_ptr<grpc::ServerCredentials> TcpCredentials(const TlsPem& tls);
 
 // What a cluster member presents to its leader: its certificate and key, trusting a leader whose
 // certificate chains to cluster_ca. The leader's host name is not checked: the cluster's CA signs
 // members only, and every member may lead, so the chain says all a name would (and one DaemonSet
 // certificate serves every node).
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MemberCredentials(const TlsFiles& tls);
+std::shared_ptr<grpc::ChannelCredentials> MemberCredentials(const TlsPem& tls);
 
 }  // namespace zerod::server::auth
 

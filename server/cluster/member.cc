@@ -10,13 +10,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "proto/auth_metadata.h"
 #include "server/auth/transport_security.h"
 #include "server/logging.h"
-#include "server/pem_file.h"
 #include "server/state/etcd_security.h"
 #include "server/state/state_store.h"
 
@@ -81,8 +79,8 @@ std::shared_ptr<grpc::Channel> LeaderChannel(
 // CA (server/auth/cluster_members.h); INVALID_ARGUMENT naming the flag when they could not. Only
 // with --no-auth, where no caller is authenticated anyway, may they speak plaintext.
 absl::Status CheckMemberTls(const DaemonOptions& options) {
-  const auth::TlsFiles& tls = options.tls;
-  if (options.authenticate && (tls.cert.empty() || tls.cluster_ca.empty())) {
+  const auth::TlsPem& tls = options.tls;
+  if (options.authenticate && (!tls.enabled() || tls.cluster_ca.empty())) {
     return absl::InvalidArgumentError(
         "--cluster-ca: the members of an etcd cluster prove to one another who they are with "
         "TLS: give each member --tls-cert and --tls-key signed by the cluster's own CA, and that "
@@ -92,39 +90,7 @@ absl::Status CheckMemberTls(const DaemonOptions& options) {
     return absl::InvalidArgumentError(
         "--cluster-ca: a member checks its leader's certificate against the cluster's CA");
   }
-  if (tls.enabled()) {
-    // The key is the member's credential: whoever reads it may pass for a member.
-    if (auto key = ReadPrivateKeyFile(tls.key, "--tls-key"); !key.ok()) return key.status();
-  }
   return absl::OkStatus();
-}
-
-// Waits up to kEtcdStartWait for etcd to let this zerod at its keys, then refuses an etcd with a
-// member that lets in anyone (etcd_security.h) unless `allow_insecure`.
-absl::Status CheckEtcd(const EtcdOptions& etcd, bool allow_insecure) {
-  absl::Status access = CheckEtcdAccess(etcd);
-  for (const absl::Time give_up = absl::Now() + kEtcdStartWait;
-       !access.ok() && Transient(access) && absl::Now() < give_up;) {
-    absl::SleepFor(absl::Milliseconds(200));
-    access = CheckEtcdAccess(etcd);
-  }
-  if (!access.ok()) return access;
-  const std::vector<std::string> open =
-      EtcdEndpointsOpenToAnyone(etcd, std::min(etcd.request_timeout, absl::Seconds(3)));
-  if (open.empty()) return absl::OkStatus();
-  const std::string what = absl::StrCat(
-      "etcd at ", absl::StrJoin(open, ","),
-      " lets in anyone who can reach it (no client certificate, no user): they could read and "
-      "rewrite everything the cluster keeps there (jobs, their owners' token digests, stores, the "
-      "leader's claim)");
-  if (allow_insecure) {
-    Logger("cluster")->warn("{}; running on it anyway (--allow-insecure-etcd)", what);
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--store: ", what,
-      "; secure it as docs/operators.md says (TLS, --client-cert-auth, auth enabled), or give "
-      "--allow-insecure-etcd to run on it anyway"));
 }
 
 // A socket file the previous role left: ours, since the member holds the path's lock.
@@ -161,7 +127,10 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Start(const DaemonOptions& optio
         "their ranks' calls to the leader over it");
   }
   if (absl::Status s = CheckMemberTls(options); !s.ok()) return s;
-  if (absl::Status s = CheckEtcd(*etcd, options.allow_insecure_etcd); !s.ok()) return s;
+  if (absl::Status s = CheckEtcdIsZerods(*etcd, kEtcdStartWait, options.allow_insecure_etcd);
+      !s.ok()) {
+    return s;
+  }
   daemon_options.claim_paths = false;
   if (daemon_options.node_address.empty()) {
     daemon_options.node_address = NodeHost(cluster.advertise, options.listen_address);
@@ -280,15 +249,12 @@ absl::Status Member::Follow(const std::string& holder, const std::string& endpoi
     }
     socket_gid = g->gr_gid;
   }
-  auto tcp_credentials = auth::TcpCredentials(options_.tls);
-  if (!tcp_credentials.ok()) return tcp_credentials.status();
+  const std::shared_ptr<grpc::ServerCredentials> tcp_credentials =
+      auth::TcpCredentials(options_.tls);
   // To the leader: this member's certificate, over TLS (plaintext only with --no-auth and no TLS).
-  std::shared_ptr<grpc::ChannelCredentials> leader_credentials = grpc::InsecureChannelCredentials();
-  if (options_.tls.enabled()) {
-    auto member = auth::MemberCredentials(options_.tls);
-    if (!member.ok()) return member.status();
-    leader_credentials = *std::move(member);
-  }
+  const std::shared_ptr<grpc::ChannelCredentials> leader_credentials =
+      options_.tls.enabled() ? auth::MemberCredentials(options_.tls)
+                             : grpc::InsecureChannelCredentials();
   // Heartbeats stay on the node: the relay answers them and tells the leader once per interval,
   // well inside the lease.
   const absl::Duration interval =
@@ -305,7 +271,7 @@ absl::Status Member::Follow(const std::string& holder, const std::string& endpoi
     f.socket_mode = options_.socket_mode;
     f.socket_gid = socket_gid;
     f.listen_address = listen;
-    f.tcp_credentials = *tcp_credentials;
+    f.tcp_credentials = tcp_credentials;
     f.leader_endpoint = endpoint;
     f.leader_credentials = leader_credentials;
     f.added_metadata = {{rpc::kForwardedViaMetadata, via},

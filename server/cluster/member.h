@@ -15,7 +15,7 @@
 //     claim.
 //
 // Before either, a member checks that etcd is the cluster's own: that it lets this zerod at its
-// keys, and that no member lets in a client with neither a certificate nor a user
+// keys and keeps it to them, which it does only with its authentication on
 // (server/state/etcd_security.h), unless --allow-insecure-etcd.
 // When the leader's claim changes (its daemon stopped, died and its lease ran out, or lost etcd),
 // the watch, or the leader's own claim, asks for a new election (`role_changed`, which the main

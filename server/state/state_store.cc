@@ -20,14 +20,12 @@ absl::Status CheckStoreFlag(const std::string& store) {
                    store.substr(0, 64), "'"));
 }
 
-absl::StatusOr<EtcdOptions> EtcdOptionsOf(const std::string& store, const EtcdTlsFiles& tls) {
+absl::StatusOr<EtcdOptions> EtcdOptionsOf(const std::string& store, const EtcdTls& tls) {
   absl::StatusOr<EtcdOptions> etcd = ParseEtcdUrl(store);
   if (!etcd.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--store: ", etcd.status().message()));
   }
-  absl::StatusOr<EtcdTls> loaded = LoadEtcdTls(tls);
-  if (!loaded.ok()) return loaded.status();
-  etcd->tls = *std::move(loaded);
+  etcd->tls = tls;
   return etcd;
 }
 

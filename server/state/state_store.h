@@ -19,7 +19,7 @@ namespace zerod::server {
 struct StateStoreOptions {
   std::string store = "sqlite";
   int64_t etcd_max_txn_ops = 128;  // etcd's --max-txn-ops (EtcdOptions::max_txn_ops)
-  EtcdTlsFiles etcd_tls;           // --etcd-ca, --etcd-cert, --etcd-key (etcd_security.h)
+  EtcdTls etcd_tls;                // the PEM of --etcd-ca, --etcd-cert, --etcd-key (LoadEtcdTls)
   std::string data_dir;
   Durability durability = Durability::kFull;  // sqlite
   bool reset_state = false;                   // sqlite
@@ -35,9 +35,9 @@ struct OpenedState {
 // state is touched).
 absl::Status CheckStoreFlag(const std::string& store);
 
-// The etcd options of `store` (an etcd:// URL) with the TLS files' contents; INVALID_ARGUMENT
-// naming the flag at fault.
-absl::StatusOr<EtcdOptions> EtcdOptionsOf(const std::string& store, const EtcdTlsFiles& tls);
+// The etcd options of `store` (an etcd:// URL) with `tls`; INVALID_ARGUMENT naming --store when
+// it is no etcd URL.
+absl::StatusOr<EtcdOptions> EtcdOptionsOf(const std::string& store, const EtcdTls& tls);
 
 // Opens the state. An etcd state is opened only under its claim, which the caller holds (a
 // cluster member elected leader, server/cluster/member.h) and hands over: it is released after the

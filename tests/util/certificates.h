@@ -12,9 +12,14 @@ namespace zerod::testing {
 std::string MakeCa(const std::string& dir, const std::string& name);
 // DIR/NAME.pem and DIR/NAME.key (0600), signed by the CA DIR/CA.pem, for `common_name`, with the
 // subjectAltName entries `sans` ("IP:127.0.0.1,DNS:localhost"; empty: none); usable by TLS servers
-// and clients.
+// and clients; valid for `days` days (the script's default when 0).
 std::string IssueCertificate(const std::string& dir, const std::string& ca, const std::string& name,
-                             const std::string& common_name, const std::string& sans = "");
+                             const std::string& common_name, const std::string& sans = "",
+                             int days = 0);
+// An intermediate CA, DIR/NAME.pem and DIR/NAME.key, signed by the CA DIR/CA.pem (the openssl CLI
+// as certs.sh uses it: certs.sh makes root CAs only).
+std::string MakeIntermediateCa(const std::string& dir, const std::string& ca,
+                               const std::string& name);
 
 }  // namespace zerod::testing
 

@@ -43,10 +43,15 @@ bool EtcdCluster::Installed(bool with_etcdctl) {
   return access(kBinary, X_OK) == 0 && (!with_etcdctl || access(kEtcdctl, X_OK) == 0);
 }
 
+std::string EtcdCluster::member_ca_file() const {
+  return dir() + (security_.rogue_member_ca ? "/rogue-ca.pem" : "/etcd-ca.pem");
+}
+
 std::string EtcdCluster::MakeCertificates() {
+  const std::string member_ca = security_.rogue_member_ca ? "rogue-ca" : "etcd-ca";
   for (const std::string& error :
-       {MakeCa(dir(), "etcd-ca"),
-        IssueCertificate(dir(), "etcd-ca", "etcd-member", "etcd", "IP:127.0.0.1,DNS:localhost"),
+       {MakeCa(dir(), "etcd-ca"), security_.rogue_member_ca ? MakeCa(dir(), "rogue-ca") : "",
+        IssueCertificate(dir(), member_ca, "etcd-member", "etcd", security_.member_sans),
         IssueCertificate(dir(), "etcd-ca", "root", "root"),
         IssueCertificate(dir(), "etcd-ca", "zerod", "zerod")}) {
     if (!error.empty()) return error;
@@ -92,10 +97,18 @@ std::shared_ptr<grpc::Channel> EtcdCluster::Channel(int member) const {
     return text.str();
   };
   grpc::SslCredentialsOptions tls;
-  tls.pem_root_certs = read(ca_file());
+  tls.pem_root_certs = read(member_ca_file());
   tls.pem_cert_chain = read(dir() + "/root.pem");
   tls.pem_private_key = read(dir() + "/root.key");
-  return grpc::CreateChannel(Endpoint(member), grpc::SslCredentials(tls));
+  // The members' certificate may name none of their addresses (member_sans): its first DNS name.
+  grpc::ChannelArguments args;
+  const size_t dns = security_.member_sans.find("DNS:");
+  if (dns != std::string::npos) {
+    const size_t end = security_.member_sans.find(',', dns);
+    args.SetSslTargetNameOverride(security_.member_sans.substr(
+        dns + 4, end == std::string::npos ? std::string::npos : end - dns - 4));
+  }
+  return grpc::CreateCustomChannel(Endpoint(member), grpc::SslCredentials(tls), args);
 }
 
 EtcdCluster::EtcdCluster(int members, EtcdSecurity security) : security_(std::move(security)) {
@@ -161,7 +174,7 @@ void EtcdCluster::Start(int member, const std::string& state) {
     // etcd that lets anyone in).
     const std::string cert = dir() + "/etcd-member.pem", key = dir() + "/etcd-member.key";
     argv.insert(argv.end(), {"--cert-file", cert, "--key-file", key, "--peer-cert-file", cert,
-                             "--peer-key-file", key, "--peer-trusted-ca-file", ca_file(),
+                             "--peer-key-file", key, "--peer-trusted-ca-file", member_ca_file(),
                              "--peer-client-cert-auth"});
     if (security_.client_certs) {
       argv.insert(argv.end(), {"--trusted-ca-file", ca_file(), "--client-cert-auth"});

@@ -27,6 +27,11 @@ struct EtcdSecurity {
   bool client_certs = true;  // with tls: client and peer certificates required
   bool auth = false;  // authentication on (needs tls): zerod's user may use zerod_prefix only
   std::string zerod_prefix = "/zerod/";
+  // With tls, for tests of what zerod believes: the subject alternative names of the members'
+  // certificate, and whether a CA other than the one zerod is given (etcd-ca.pem) signs it
+  // (member_ca_file(); auth needs the default).
+  std::string member_sans = "IP:127.0.0.1,DNS:localhost";
+  bool rogue_member_ca = false;
 };
 
 class EtcdCluster {
@@ -59,6 +64,8 @@ class EtcdCluster {
   // Where the certificates are (a directory only its owner may enter).
   const std::string& dir() const { return dir_.path(); }
   std::string ca_file() const { return dir() + "/etcd-ca.pem"; }
+  // The CA of the members' certificate: ca_file(), or another with rogue_member_ca.
+  std::string member_ca_file() const;
   // The prefix zerod's etcd user may use (with `auth`).
   const std::string& zerod_prefix() const { return security_.zerod_prefix; }
   // zerod's flags for this etcd: --etcd-ca, --etcd-cert and --etcd-key with zerod's user's

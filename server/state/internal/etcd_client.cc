@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <functional>
 #include <utility>
 
@@ -12,9 +13,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_certificate_verifier.h"
-#include "grpcpp/security/tls_credentials_options.h"
+#include "server/tls_channel.h"
 
 namespace zerod::server::internal {
 namespace {
@@ -46,70 +46,79 @@ absl::StatusOr<std::string> ResolveEndpoint(const std::string& endpoint) {
 
 absl::StatusCode ToAbsl(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
 
-// Whether a certificate's DNS name `pattern` ("etcd-0.etcd", "*.etcd.ns.svc") covers `host`: a
-// wildcard stands for exactly one leftmost label, as in RFC 6125.
-bool NameCovers(absl::string_view pattern, absl::string_view host) {
-  if (absl::EqualsIgnoreCase(pattern, host)) return true;
-  if (!absl::StartsWith(pattern, "*.")) return false;
-  const size_t dot = host.find('.');
-  return dot != absl::string_view::npos && dot > 0 &&
-         absl::EqualsIgnoreCase(pattern.substr(1), host.substr(dot));
+// The bytes of an IP address in text ("10.0.0.1", "::1", "[::1]"); empty when it is none.
+std::string AddressBytes(absl::string_view text) {
+  std::string host(text);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  unsigned char bytes[sizeof(in6_addr)] = {};
+  if (inet_pton(AF_INET, host.c_str(), bytes) == 1) return std::string(bytes, bytes + 4);
+  if (inet_pton(AF_INET6, host.c_str(), bytes) == 1) return std::string(bytes, bytes + 16);
+  return "";
 }
 
-// Believes a member whose certificate (already chained to the etcd CA by gRPC) names one of
-// `names`: the endpoints' hosts as given and as resolved (etcd_client.h says why any of them).
+std::vector<std::string> Strings(const std::vector<grpc::string_ref>& refs) {
+  std::vector<std::string> out;
+  for (const grpc::string_ref& r : refs) out.emplace_back(r.data(), r.size());
+  return out;
+}
+
+// Believes a member whose certificate (already chained to the etcd CA by gRPC) names one of the
+// endpoints (etcd_client.h says why any of them).
 class EndpointNameVerifier final : public grpc::experimental::ExternalCertificateVerifier {
  public:
-  EndpointNameVerifier(std::vector<std::string> names, std::string where)
+  EndpointNameVerifier(EndpointNames names, std::string where)
       : names_(std::move(names)), where_(std::move(where)) {}
 
   bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
               std::function<void(grpc::Status)>, grpc::Status* sync_status) override {
-    std::vector<grpc::string_ref> presented = request->dns_names();
-    for (const grpc::string_ref& ip : request->ip_names()) presented.push_back(ip);
-    for (const grpc::string_ref& name : presented) {
-      for (const std::string& mine : names_) {
-        if (NameCovers(absl::string_view(name.data(), name.size()), mine)) {
-          *sync_status = grpc::Status::OK;
-          return true;
-        }
-      }
+    if (CertificateNamesOneOf(Strings(request->dns_names()), Strings(request->ip_names()),
+                              names_)) {
+      *sync_status = grpc::Status::OK;
+      return true;
     }
     *sync_status = grpc::Status(
         grpc::StatusCode::UNAUTHENTICATED,
         absl::StrCat(where_, ": a member's certificate names none of the endpoints (",
-                     absl::StrJoin(names_, ", "), ") among its subject alternative names"));
+                     absl::StrJoin(names_.dns, ", "), names_.dns.empty() ? "" : ", ",
+                     absl::StrJoin(names_.ips, ", "), ") among its subject alternative names"));
     return true;
   }
   void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
 
  private:
-  const std::vector<std::string> names_;
+  const EndpointNames names_;
   const std::string where_;
 };
 
-// TLS to etcd: its CA, our certificate (client-certificate authentication) when given, and the
-// endpoint-name check above instead of gRPC's per-channel host name check.
-std::shared_ptr<grpc::ChannelCredentials> EtcdCredentials(const EtcdTls& tls,
-                                                          std::vector<std::string> names,
-                                                          const std::string& where) {
-  std::vector<grpc::experimental::IdentityKeyCertPair> identity;
-  if (!tls.cert_pem.empty()) identity.push_back({tls.key_pem, tls.cert_pem});
-  auto provider =
-      std::make_shared<grpc::experimental::StaticDataCertificateProvider>(tls.ca_pem, identity);
-  grpc::experimental::TlsChannelCredentialsOptions options;
-  options.set_certificate_provider(provider);
-  options.watch_root_certs();
-  if (!identity.empty()) options.watch_identity_key_cert_pairs();
-  options.set_verify_server_certs(true);
-  options.set_check_call_host(false);
-  options.set_certificate_verifier(
-      grpc::experimental::ExternalCertificateVerifier::Create<EndpointNameVerifier>(
-          std::move(names), where));
-  return grpc::experimental::TlsCredentials(options);
+}  // namespace
+
+bool NameCovers(absl::string_view pattern, absl::string_view host) {
+  if (pattern.empty() || host.empty()) return false;
+  if (absl::EqualsIgnoreCase(pattern, host)) return true;
+  if (!absl::StartsWith(pattern, "*.") || pattern.size() < 3) return false;
+  const size_t dot = host.find('.');
+  return dot != absl::string_view::npos && dot > 0 &&
+         absl::EqualsIgnoreCase(pattern.substr(1), host.substr(dot));
 }
 
-}  // namespace
+bool CertificateNamesOneOf(const std::vector<std::string>& dns_sans,
+                           const std::vector<std::string>& ip_sans, const EndpointNames& names) {
+  for (const std::string& san : dns_sans) {
+    for (const std::string& host : names.dns) {
+      if (NameCovers(san, host)) return true;
+    }
+  }
+  for (const std::string& san : ip_sans) {
+    const std::string bytes = AddressBytes(san);
+    if (bytes.empty()) continue;
+    for (const std::string& address : names.ips) {
+      if (AddressBytes(address) == bytes) return true;
+    }
+  }
+  return false;
+}
 
 std::string PrefixEnd(std::string_view prefix) {
   std::string end(prefix);
@@ -151,12 +160,15 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
     const std::vector<std::string>& endpoints, absl::Duration request_timeout, const EtcdTls& tls) {
   if (endpoints.empty()) return absl::InvalidArgumentError("etcd: no endpoints given");
   std::vector<std::string> addresses;
-  std::vector<std::string> names;  // what a member's certificate may name
+  EndpointNames names;  // what a member's certificate may name
   for (const std::string& endpoint : endpoints) {
     absl::StatusOr<std::string> address = ResolveEndpoint(endpoint);
     if (!address.ok()) return address.status();
-    names.push_back(endpoint.substr(0, endpoint.rfind(':')));
-    names.push_back(address->substr(0, address->rfind(':')));
+    const std::string host = endpoint.substr(0, endpoint.rfind(':'));
+    for (auto [list, name] : {std::pair{AddressBytes(host).empty() ? &names.dns : &names.ips, host},
+                              std::pair{&names.ips, address->substr(0, address->rfind(':'))}}) {
+      if (std::find(list->begin(), list->end(), name) == list->end()) list->push_back(name);
+    }
     addresses.push_back(*std::move(address));
   }
   const std::string where = absl::StrCat("etcd at ", absl::StrJoin(endpoints, ","));
@@ -168,11 +180,17 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel =
-      grpc::CreateCustomChannel(absl::StrCat("ipv4:", absl::StrJoin(addresses, ",")),
-                                tls.enabled() ? EtcdCredentials(tls, std::move(names), where)
-                                              : grpc::InsecureChannelCredentials(),
-                                args);
+  // TLS: etcd's CA, zerod's certificate (client-certificate authentication) when given, and the
+  // endpoint-name check above instead of gRPC's per-channel host name check.
+  auto credentials =
+      tls.enabled()
+          ? TlsChannelCredentials(
+                tls.ca_pem, tls.cert_pem, tls.key_pem,
+                grpc::experimental::ExternalCertificateVerifier::Create<EndpointNameVerifier>(
+                    std::move(names), where))
+          : grpc::InsecureChannelCredentials();
+  auto channel = grpc::CreateCustomChannel(absl::StrCat("ipv4:", absl::StrJoin(addresses, ",")),
+                                           credentials, args);
   return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(channel), where, request_timeout));
 }
 
@@ -182,6 +200,7 @@ EtcdClient::EtcdClient(std::shared_ptr<grpc::Channel> channel, std::string where
       kv_(etcdserverpb::KV::NewStub(channel_)),
       watch_(etcdserverpb::Watch::NewStub(channel_)),
       lease_(etcdserverpb::Lease::NewStub(channel_)),
+      auth_(etcdserverpb::Auth::NewStub(channel_)),
       where_(std::move(where)),
       request_timeout_(request_timeout) {}
 
@@ -227,13 +246,25 @@ EtcdClient::LeaseKeepAlive(grpc::ClientContext* context) const {
   return lease_->LeaseKeepAlive(context);
 }
 
+grpc::Status EtcdClient::Authenticate(const etcdserverpb::AuthenticateRequest& request,
+                                      etcdserverpb::AuthenticateResponse* response) const {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + request_timeout_));
+  return auth_->Authenticate(&context, request, response);
+}
+
 bool EtcdClient::WaitForConnected(absl::Duration timeout) const {
   return channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout));
 }
 
 absl::Status EtcdClient::Error(const grpc::Status& status, const std::string& what) const {
-  return absl::Status(ToAbsl(status.error_code()),
-                      absl::StrCat(where_, ": ", what, ": ", status.error_message()));
+  // OpenSSL's words for a chain that does not reach the CA, which gRPC passes on.
+  const bool untrusted = absl::StrContains(status.error_message(), "certificate verify failed");
+  return absl::Status(
+      ToAbsl(status.error_code()),
+      absl::StrCat(
+          where_, ": ", what, ": ", status.error_message(),
+          untrusted ? " (a member's certificate is not signed by the CA of --etcd-ca)" : ""));
 }
 
 }  // namespace zerod::server::internal

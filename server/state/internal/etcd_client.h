@@ -5,10 +5,10 @@
 // so a dead member is skipped; members forward writes to the leader), unary calls with the
 // store's deadline, and the watch stream.
 //
-// Over TLS (EtcdTls) a member is believed when its certificate chains to the etcd CA and names
-// (DNS or IP SAN) one of the endpoints as given or as resolved: one channel serves every member,
-// so it cannot check each connection against its own endpoint's name; any member's certificate
-// on another member's address proves nothing an attacker could use, since only members hold them.
+// Over TLS (EtcdTls) a member is believed when its certificate chains to the etcd CA and names one
+// of the endpoints as given or as resolved (EndpointNames): one channel serves every member, so it
+// cannot check each connection against its own endpoint's name; any member's certificate on
+// another member's address proves nothing an attacker could use, since only members hold them.
 
 #include <memory>
 #include <string>
@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -26,6 +27,23 @@ namespace zerod::server::internal {
 
 // The first key after every key that starts with `prefix` (etcd's range_end for a prefix).
 std::string PrefixEnd(std::string_view prefix);
+
+// Whether a certificate's DNS name `pattern` ("etcd-0.etcd", "*.etcd.ns.svc") covers the host name
+// `host`, case aside: a wildcard is a whole leftmost label and stands for exactly one label, as in
+// RFC 6125 ("*.etcd" covers "a.etcd", not "etcd" nor "a.b.etcd").
+bool NameCovers(absl::string_view pattern, absl::string_view host);
+
+// The names a member's certificate may carry: the endpoints' hosts as given, host names and IP
+// literals apart, and the addresses they resolved to.
+struct EndpointNames {
+  std::vector<std::string> dns;  // host names
+  std::vector<std::string> ips;  // IP addresses
+};
+// Whether a certificate whose subject alternative names are `dns_sans` and `ip_sans` names one of
+// `names`: a DNS SAN covering a host name (NameCovers), or an IP SAN equal to an address. A DNS SAN
+// never matches an address, nor an IP SAN a host name.
+bool CertificateNamesOneOf(const std::vector<std::string>& dns_sans,
+                           const std::vector<std::string>& ip_sans, const EndpointNames& names);
 
 // Whether a failed call may succeed when tried again (no member answered, the leader changed,
 // etcd timed out); the call may or may not have been applied.
@@ -61,6 +79,11 @@ class EtcdClient {
                                            etcdserverpb::LeaseKeepAliveResponse>>
   LeaseKeepAlive(grpc::ClientContext* context) const;
 
+  // A password login: used only to learn whether etcd's authentication is on (etcd answers
+  // "authentication is not enabled" when it is off, whatever the name).
+  grpc::Status Authenticate(const etcdserverpb::AuthenticateRequest& request,
+                            etcdserverpb::AuthenticateResponse* response) const;
+
   // Waits up to `timeout` for a connection to some member; false when none answered.
   bool WaitForConnected(absl::Duration timeout) const;
 
@@ -77,6 +100,7 @@ class EtcdClient {
   const std::unique_ptr<etcdserverpb::KV::Stub> kv_;
   const std::unique_ptr<etcdserverpb::Watch::Stub> watch_;
   const std::unique_ptr<etcdserverpb::Lease::Stub> lease_;
+  const std::unique_ptr<etcdserverpb::Auth::Stub> auth_;
   const std::string where_;
   const absl::Duration request_timeout_;
 };
