@@ -219,10 +219,15 @@ def test_the_etcd_settings_take_only_clients_and_peers_with_certificates():
 
 def test_the_dropin_hands_each_private_key_to_zerod_as_a_credential():
     service = unit_file("zerod-etcd.conf")["Service"]
-    # ExecStart= is reset, then set once.
+    # ExecStart= is reset, then set once: the unit's own command with the two key flags added, so
+    # that the two do not drift apart.
     assert service["ExecStart"][0] == ""
     (command,) = service["ExecStart"][1:]
     argv = shlex.split(command)
+    (base_command,) = unit_file("zerod.service")["Service"]["ExecStart"]
+    base = shlex.split(base_command)
+    assert argv[:len(base)] == base, (argv, base)
+    assert set(flag_values(argv[len(base):])) == {"--etcd-key", "--tls-key"}, argv[len(base):]
     args = flag_values(argv[1:])
     assert not set(args) - zerod_flags(), set(args) - zerod_flags()
     credentials = dict(c.split(":", 1) for c in service["LoadCredential"])
