@@ -16,6 +16,7 @@
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/util/certificates.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::testing {
 namespace {
@@ -132,8 +133,8 @@ EtcdCluster::EtcdCluster(int members, EtcdSecurity security) : security_(std::mo
   initial_cluster_ = absl::StrJoin(peers, ",");
   for (int i = 0; i < members; ++i) Start(i, "new");
   if (Leader() < 0) {
-    error_ = absl::StrCat("etcd cluster of ", members,
-                          " elected no leader within 30 s; member 0: ", Log(0));
+    error_ = absl::StrCat("etcd cluster of ", members, " elected no leader within ",
+                          absl::FormatDuration(Scaled(absl::Seconds(30))), "; member 0: ", Log(0));
     return;
   }
   if (security_.auth) {
@@ -165,9 +166,9 @@ void EtcdCluster::Start(int member, const std::string& state) {
       "--advertise-client-urls", client, "--listen-peer-urls", Url(m.peer_port),
       "--initial-advertise-peer-urls", Url(m.peer_port), "--initial-cluster", initial_cluster_,
       "--initial-cluster-state", state, "--initial-cluster-token", token_,
-      // A lost leader is replaced within about a second.
-      "--heartbeat-interval", "50", "--election-timeout", "500", "--log-level", "error", "--logger",
-      "zap"};
+      // A lost leader is replaced within about a second (on an idle machine).
+      "--heartbeat-interval", ScaledMs(absl::Milliseconds(50)), "--election-timeout",
+      ScaledMs(absl::Milliseconds(500)), "--log-level", "error", "--logger", "zap"};
   if (security_.tls) {
     // As docs/operators.md runs it: one member certificate for clients and peers, both of which
     // must present a certificate of etcd's CA (clients unless told otherwise, for a test of an
@@ -194,13 +195,13 @@ std::string EtcdCluster::Endpoint(int member) const {
 }
 
 int EtcdCluster::Leader(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = absl::Now() + Scaled(timeout);
   do {
     for (size_t i = 0; i < members_.size(); ++i) {
       if (!Running(static_cast<int>(i))) continue;
       auto stub = etcdserverpb::Maintenance::NewStub(Channel(static_cast<int>(i)));
       grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+      context.set_deadline(absl::ToChronoTime(absl::Now() + Scaled(absl::Milliseconds(500))));
       etcdserverpb::StatusResponse status;
       if (!stub->Status(&context, etcdserverpb::StatusRequest(), &status).ok()) continue;
       // A member answers for itself: it leads when the leader's id is its own.

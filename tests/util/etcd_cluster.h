@@ -3,7 +3,8 @@
 
 // A real etcd cluster for tests: N members of /usr/bin/etcd (Debian's etcd-server, installed by
 // scripts/setup.sh) on free loopback ports, each with its own data dir under a temp dir, with
-// short heartbeat and election timeouts so that a lost leader is replaced within a second or so.
+// short heartbeat and election timeouts (scaled, tests/util/test_time.h) so that a lost leader is
+// replaced within a second or so on an idle machine, and a busy one does not depose a live leader.
 //
 // Secured as docs/operators.md says, when asked: TLS on the client and peer ports with client
 // certificates required (certificates from deploy/etcd/certs.sh), and etcd's authentication on
@@ -53,7 +54,7 @@ class EtcdCluster {
   // Every member's client address, "127.0.0.1:port".
   std::vector<std::string> Endpoints() const;
   std::string Endpoint(int member) const;
-  // The index of the member that leads, once one does within `timeout`; -1 otherwise.
+  // The index of the member that leads, once one does within Scaled(`timeout`); -1 otherwise.
   int Leader(absl::Duration timeout = absl::Seconds(30));
   void Kill(int member);     // SIGKILL, no goodbye
   void Restart(int member);  // the same name, ports and data dir

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "absl/time/clock.h"
+#include "tests/util/test_time.h"
 
 extern char** environ;
 
@@ -59,7 +60,7 @@ void ChildProcess::Signal(int signal) {
 
 int ChildProcess::Wait(absl::Duration timeout) {
   if (reaped_) return exit_code_;
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = absl::Now() + Scaled(timeout);
   for (;;) {
     int status = 0;
     const pid_t r = waitpid(pid_, &status, WNOHANG);

@@ -23,7 +23,8 @@ class ChildProcess {
 
   pid_t pid() const { return pid_; }
   void Signal(int signal);
-  // The exit code (128 + signal when killed), or -1 if still running after `timeout`.
+  // The exit code (128 + signal when killed), or -1 if still running after Scaled(timeout)
+  // (tests/util/test_time.h): `timeout` is how long the wait may take on an idle optimized build.
   int Wait(absl::Duration timeout);
   std::string Output() const;
 

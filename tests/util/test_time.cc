@@ -26,8 +26,10 @@ double TimeScale() {
 
 absl::Duration Scaled(absl::Duration d) { return d * TimeScale(); }
 
-std::string ScaledFlag(absl::Duration d) {
-  return absl::StrCat(absl::ToInt64Milliseconds(Scaled(d)), "ms");
+std::string ScaledFlag(absl::Duration d) { return absl::StrCat(ScaledMs(d), "ms"); }
+
+std::string ScaledMs(absl::Duration d) {
+  return absl::StrCat(absl::ToInt64Milliseconds(Scaled(d)));
 }
 
 }  // namespace zerod::testing

@@ -24,6 +24,10 @@ absl::Duration Scaled(absl::Duration d);
 // Scaled(d) as a flag value zerod, zerorun and the SDK parse ("3s", "1500ms").
 std::string ScaledFlag(absl::Duration d);
 
+// Scaled(d) as a whole number of milliseconds ("1500"), for flags that take one
+// (tests/integration/join_client's --run-ms).
+std::string ScaledMs(absl::Duration d);
+
 }  // namespace zerod::testing
 
 #endif  // ZEROD_TESTS_UTIL_TEST_TIME_H_
