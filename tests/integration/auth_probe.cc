@@ -13,6 +13,7 @@
 #include "client/coordinator_client.h"
 #include "nlohmann/json.hpp"
 #include "runtime/plan/synthetic_layout.h"
+#include "tests/util/test_time.h"
 
 int main(int argc, char** argv) {
   std::string endpoint, job, call, key = "k", token, host = "h", device = "cpu";
@@ -31,7 +32,8 @@ int main(int argc, char** argv) {
   zerod::client::ClientOptions options;
   options.endpoint = endpoint;
   options.job_token = token;
-  options.retry_for = absl::Seconds(5);
+  options.retry_for = zerod::testing::Scaled(absl::Seconds(5));
+  options.call_timeout = zerod::testing::Scaled(options.call_timeout);
   auto c = zerod::client::CoordinatorClient::Connect(options);
   if (!c.ok()) {
     std::cerr << c.status() << "\n";
@@ -67,7 +69,7 @@ int main(int argc, char** argv) {
     join.host = host;
     join.device = device;
     join.layout = zerod::plan::SyntheticLayout(1000, zerod::DType::kBFloat16, 8);
-    s = client.Join(join, absl::Seconds(2)).status();
+    s = client.Join(join, zerod::testing::Scaled(absl::Seconds(2))).status();
   } else if (call == "describe") {
     s = client.DescribeJob(job).status();
   } else {

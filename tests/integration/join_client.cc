@@ -4,7 +4,8 @@
 //   join_client --endpoint E --job J --world N [--rank R] [--params P] [--budget B]
 //               [--stage S] [--heartbeat-ms T] [--run-ms T] [--set K=V] [--get K]
 //               [--timeout-ms T] [--leave]
-// Exit 0 on success; 1 with {"error_code": C, "error": "..."} otherwise.
+// Exit 0 on success; 1 with {"error_code": C, "error": "..."} otherwise. The times given are used
+// as they are; its own bounds on the daemon (retries, the join) are scaled for the build.
 
 #include <iostream>
 
@@ -13,6 +14,7 @@
 #include "client/coordinator_client.h"
 #include "nlohmann/json.hpp"
 #include "runtime/plan/synthetic_layout.h"
+#include "tests/util/test_time.h"
 
 int main(int argc, char** argv) {
   std::string endpoint, job, set, get;
@@ -44,7 +46,8 @@ int main(int argc, char** argv) {
   };
   zerod::client::ClientOptions options;
   options.endpoint = endpoint;
-  options.retry_for = absl::Seconds(30);
+  options.retry_for = zerod::testing::Scaled(absl::Seconds(30));
+  options.call_timeout = zerod::testing::Scaled(options.call_timeout);
   auto client = zerod::client::CoordinatorClient::Connect(options);
   if (!client.ok()) return fail(client.status());
   zerod::client::JoinOptions join;
@@ -54,7 +57,7 @@ int main(int argc, char** argv) {
   join.budget_bytes = budget;
   join.layout = zerod::plan::SyntheticLayout(params, zerod::DType::kBFloat16, 8);
   join.plan_options.stage = static_cast<int>(stage);
-  auto m = (*client)->Join(join, absl::Seconds(60));
+  auto m = (*client)->Join(join, zerod::testing::Scaled(absl::Seconds(60)));
   if (!m.ok()) return fail(m.status());
   nlohmann::json out = {{"rank", m->rank},
                         {"generation", m->generation},

@@ -24,9 +24,17 @@ std::vector<std::string> ZerodHarness::Argv(const std::vector<std::string>& extr
                                    dir_.path() + "/data"};
   argv.insert(argv.end(), flags_.begin(), flags_.end());
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  const auto given = [&argv](const char* flag) {
+    return std::find(argv.begin(), argv.end(), flag) != argv.end();
+  };
   // No TCP listener unless the test gives one.
-  if (std::find(argv.begin(), argv.end(), "--listen") == argv.end()) {
-    argv.insert(argv.end(), {"--listen", ""});
+  if (!given("--listen")) argv.insert(argv.end(), {"--listen", ""});
+  // zerod's defaults, scaled: a slow build's live ranks keep their leases.
+  if (!given("--lease-ttl")) {
+    argv.insert(argv.end(), {"--lease-ttl", ScaledFlag(absl::Seconds(10))});
+  }
+  if (!given("--restart-grace")) {
+    argv.insert(argv.end(), {"--restart-grace", ScaledFlag(absl::Seconds(10))});
   }
   return argv;
 }
@@ -37,9 +45,11 @@ void ZerodHarness::Start(const std::vector<std::string>& extra_flags) {
   daemon_ = std::make_unique<ChildProcess>(argv, dir_.path() + "/zerod.log");
   // Connecting before the socket exists would put the channel into reconnect backoff.
   struct stat st {};
-  for (int i = 0; i < 2000 && stat(socket_.c_str(), &st) != 0; ++i)
+  const absl::Time deadline = absl::Now() + Scaled(absl::Seconds(10));
+  while (stat(socket_.c_str(), &st) != 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(5));
-  auto client = Client(absl::Seconds(10));
+  }
+  auto client = Client();
   auto jobs = client->ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status() << "\n" << Log();
 }
@@ -56,7 +66,7 @@ ProcessResult ZerodHarness::StartRefused(const std::vector<std::string>& extra_f
 }
 
 bool Eventually(const std::function<bool()>& condition, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = absl::Now() + Scaled(timeout);
   while (!condition()) {
     if (absl::Now() > deadline) return false;
     absl::SleepFor(absl::Milliseconds(50));
@@ -83,11 +93,12 @@ std::string ZerodHarness::Log() const {
   return s.str();
 }
 
-std::unique_ptr<client::CoordinatorClient> ZerodHarness::Client(absl::Duration retry_for) {
+std::unique_ptr<client::CoordinatorClient> ZerodHarness::Client(absl::Duration retry_for,
+                                                                absl::Duration call_timeout) {
   client::ClientOptions options;
   options.endpoint = endpoint();
   options.retry_for = retry_for;
-  options.call_timeout = absl::Seconds(10);
+  options.call_timeout = call_timeout;
   return *client::CoordinatorClient::Connect(options);
 }
 
@@ -112,6 +123,9 @@ nlohmann::json ZerodHarness::Finish(ChildProcess& rank, absl::Duration timeout) 
 
 ProcessResult ZerodHarness::Zeroctl(std::vector<std::string> args) {
   args.insert(args.begin(), Built(ZEROCTL_PATH));
+  if (std::find(args.begin(), args.end(), "--timeout") == args.end()) {
+    args.insert(args.end(), {"--timeout", ScaledFlag(absl::Seconds(10))});
+  }
   args.push_back("--endpoint");
   args.push_back(endpoint());
   return RunProcess(args);

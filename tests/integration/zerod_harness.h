@@ -1,7 +1,9 @@
 #ifndef ZEROD_TESTS_INTEGRATION_ZEROD_HARNESS_H_
 #define ZEROD_TESTS_INTEGRATION_ZEROD_HARNESS_H_
 
-// Starts the real zerod binary on a temp socket and data dir, and real rank processes.
+// Starts the real zerod binary on a temp socket and data dir, and real rank processes. Every wait
+// here is scaled for the build (tests/util/test_time.h): a duration given is what it would take on
+// an idle optimized build.
 
 #include <functional>
 #include <memory>
@@ -13,18 +15,21 @@
 #include "nlohmann/json.hpp"
 #include "tests/util/process.h"
 #include "tests/util/subprocess.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::testing {
 
 class ZerodHarness {
  public:
+  // zerod's --lease-ttl and --restart-grace default to its own defaults, scaled, unless `flags`
+  // give them.
   explicit ZerodHarness(std::vector<std::string> flags = {});
   ~ZerodHarness();
 
   // Starts zerod (with `extra_flags` this once) and waits until it answers.
   void Start(const std::vector<std::string>& extra_flags = {});
   // Starts zerod expecting it to refuse to start: its exit code (-1 when it was still running
-  // after `timeout`; it is then killed) and its output.
+  // after Scaled(`timeout`); it is then killed) and its output.
   ProcessResult StartRefused(const std::vector<std::string>& extra_flags = {},
                              absl::Duration timeout = absl::Seconds(60));
   // kill -9, as a crash would.
@@ -40,13 +45,17 @@ class ZerodHarness {
   // The running daemon's process id (to read its /proc entries).
   pid_t daemon_pid() const { return daemon_->pid(); }
   std::string Log() const;
-  std::unique_ptr<client::CoordinatorClient> Client(absl::Duration retry_for = absl::Seconds(10));
+  // A client that retries UNAVAILABLE for `retry_for`, each call bounded by `call_timeout` (both
+  // as given: tests of the retry budget time it).
+  std::unique_ptr<client::CoordinatorClient> Client(
+      absl::Duration retry_for = Scaled(absl::Seconds(10)),
+      absl::Duration call_timeout = Scaled(absl::Seconds(10)));
 
   // A rank process (tests/integration/join_client) with these flags; returns it running.
   std::unique_ptr<ChildProcess> StartRank(const std::vector<std::string>& flags);
-  // Waits for a rank process and parses its JSON line.
+  // Waits (Scaled(`timeout`) at most) for a rank process and parses its JSON line.
   nlohmann::json Finish(ChildProcess& rank, absl::Duration timeout = absl::Seconds(60));
-  // Runs zeroctl with --endpoint added.
+  // Runs zeroctl with --endpoint added, and --timeout (zeroctl's default, scaled) unless given.
   ProcessResult Zeroctl(std::vector<std::string> args);
 
  private:
@@ -66,7 +75,7 @@ class ZerodHarness {
 // machine, as scripts/gpu-check.sh does.
 std::string Built(const std::string& path);
 
-// Polls `condition` every 50 ms until it holds (true) or `timeout` has passed (false).
+// Polls `condition` every 50 ms until it holds (true) or Scaled(`timeout`) has passed (false).
 bool Eventually(const std::function<bool()>& condition, absl::Duration timeout);
 
 // train_mlp's summary: the last JSON line with a final_loss, possibly behind zerorun's
