@@ -88,7 +88,8 @@ class AuthDaemon {
 
   std::unique_ptr<client::CoordinatorClient> Client(client::ClientOptions options) const {
     if (options.endpoint.empty()) options.endpoint = unix_endpoint();
-    options.retry_for = absl::Seconds(10);
+    options.retry_for = Scaled(absl::Seconds(10));
+    options.call_timeout = Scaled(options.call_timeout);
     auto c = client::CoordinatorClient::Connect(options);
     EXPECT_TRUE(c.ok()) << c.status();
     return *std::move(c);
@@ -117,7 +118,7 @@ TEST(Auth, AnotherUserCanNeitherActAsARankNorUseTheStoreNorEndAJobOverTheSocketO
   ASSERT_EQ(zerod.Start(), -1) << zerod.Log();
   const std::string token = client::NewToken();
   auto owner = zerod.ClientWithToken(token);
-  auto membership = owner->Join(OneRankJob("victim"), absl::Seconds(30));
+  auto membership = owner->Join(OneRankJob("victim"), Scaled(absl::Seconds(30)));
   ASSERT_TRUE(membership.ok()) << membership.status();
   ASSERT_TRUE(owner->StoreSet("victim", "k", "owned").ok());
   const std::string wrong = client::NewToken();
@@ -165,7 +166,7 @@ TEST(Auth, TheOwnersZeroctlFindsTheSavedTokenAndTheAdminMayEndAnyJob) {
   ASSERT_EQ(zerod.Start(), -1) << zerod.Log();
   // The SDK makes and saves a token for a job its user creates (XDG_CONFIG_HOME: the test's).
   auto owner = zerod.Client({});
-  ASSERT_TRUE(owner->Join(OneRankJob("mine"), absl::Seconds(30)).ok());
+  ASSERT_TRUE(owner->Join(OneRankJob("mine"), Scaled(absl::Seconds(30))).ok());
   ASSERT_TRUE(owner->StoreSet("mine", "k", "v").ok());
   const std::string saved = zerod.config_dir() + "/jobs/mine.token";
   struct stat st {};
@@ -186,7 +187,7 @@ TEST(Auth, TheOwnersZeroctlFindsTheSavedTokenAndTheAdminMayEndAnyJob) {
 
   // Someone else's job, whose token this user does not have: only the admin token ends it.
   auto other = zerod.ClientWithToken(client::NewToken());
-  ASSERT_TRUE(other->Join(OneRankJob("theirs"), absl::Seconds(30)).ok());
+  ASSERT_TRUE(other->Join(OneRankJob("theirs"), Scaled(absl::Seconds(30))).ok());
   std::vector<std::string> as_me = WithoutThisEnvironment(/*as_nobody=*/false);
   as_me.insert(as_me.end(),
                {Built(ZEROCTL_PATH), "--endpoint", zerod.unix_endpoint(), "end", "theirs"});
@@ -230,7 +231,8 @@ TEST(Auth, AJobStoredBeforeAuthenticationIsTheAdminsUntilItEnds) {
   AuthDaemon zerod;
   ASSERT_EQ(zerod.Start({"--no-auth"}), -1) << zerod.Log();
   const std::string token = client::NewToken();
-  ASSERT_TRUE(zerod.ClientWithToken(token)->Join(OneRankJob("old"), absl::Seconds(30)).ok());
+  ASSERT_TRUE(
+      zerod.ClientWithToken(token)->Join(OneRankJob("old"), Scaled(absl::Seconds(30))).ok());
   ASSERT_TRUE(zerod.ClientWithToken(token)->StoreSet("old", "k", "v").ok());
   ASSERT_EQ(zerod.Stop(), 0);
 
@@ -247,7 +249,7 @@ TEST(Auth, AJobStoredBeforeAuthenticationIsTheAdminsUntilItEnds) {
   EXPECT_EQ(*value, "v");
   ASSERT_TRUE(admin->EndJob("old").ok());
   // Ended, it is free again: the next join owns it.
-  EXPECT_TRUE(holder->Join(OneRankJob("old"), absl::Seconds(30)).ok());
+  EXPECT_TRUE(holder->Join(OneRankJob("old"), Scaled(absl::Seconds(30))).ok());
   EXPECT_TRUE(holder->StoreSet("old", "k", "mine now").ok());
 }
 
@@ -267,7 +269,8 @@ TEST(Auth, OverTcpTheReadOnlyViewsNeedTheViewerTokenTheAdminTokenOrTheJobsOwn) {
   ASSERT_EQ(zerod.Start({"--viewer-group", "nogroup", "--viewer-token-file", viewer_file}), -1)
       << zerod.Log();
   const std::string token = client::NewToken();
-  ASSERT_TRUE(zerod.ClientWithToken(token)->Join(OneRankJob("watched"), absl::Seconds(30)).ok());
+  ASSERT_TRUE(
+      zerod.ClientWithToken(token)->Join(OneRankJob("watched"), Scaled(absl::Seconds(30))).ok());
   // The viewer token is readable by its group and nobody else.
   struct stat st {};
   ASSERT_EQ(stat(viewer_file.c_str(), &st), 0);
@@ -388,7 +391,7 @@ TEST(Auth, ATlsListenerServesClientsThatTrustItsCaAndRefusesPlaintext) {
   tls.tls_ca_file = d + "/ca.pem";
   tls.job_token = client::NewToken();
   auto trusted = zerod.Client(tls);
-  ASSERT_TRUE(trusted->Join(OneRankJob("over-tls"), absl::Seconds(30)).ok());
+  ASSERT_TRUE(trusted->Join(OneRankJob("over-tls"), Scaled(absl::Seconds(30))).ok());
   EXPECT_TRUE(trusted->StoreSet("over-tls", "k", "v").ok());
 
   client::ClientOptions plain;

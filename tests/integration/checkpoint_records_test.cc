@@ -65,7 +65,7 @@ TEST(ZerodCheckpoints, ASaveRecordedByRankZeroIsListedOutlivesTheJobAndARestartA
   join.rank = 0;
   join.layout = plan::SyntheticLayout(1 << 20, DType::kBFloat16, 8);
   join.plan_options.stage = 2;
-  auto membership = rank0->Join(join, absl::Seconds(60));
+  auto membership = rank0->Join(join, Scaled(absl::Seconds(60)));
   ASSERT_TRUE(membership.ok()) << membership.status();
   EXPECT_EQ(zerod.Finish(*rank1)["rank"], 1);
   const int64_t stage = membership->plan->stage();

@@ -68,8 +68,8 @@ std::unique_ptr<client::CoordinatorClient> ClientOf(const std::string& endpoint,
   client::ClientOptions options;
   options.endpoint = endpoint;
   options.job_token = token;
-  options.retry_for = absl::Seconds(60);
-  options.call_timeout = absl::Seconds(10);
+  options.retry_for = Scaled(absl::Seconds(60));
+  options.call_timeout = Scaled(absl::Seconds(10));
   return *client::CoordinatorClient::Connect(options);
 }
 
@@ -89,8 +89,8 @@ class ClusterSecurity : public ::testing::Test {
   // certificate is no secret); every key stays 0600.
   void StartCluster(absl::Duration lease_ttl = absl::Seconds(10),
                     const std::vector<std::string>& extra_flags = {}) {
-    cluster_ = std::make_unique<ZerodCluster>(*etcd_, ScaledFlag(lease_ttl), files_,
-                                              ScaledFlag(absl::Seconds(3)), extra_flags);
+    cluster_ =
+        std::make_unique<ZerodCluster>(*etcd_, lease_ttl, files_, absl::Seconds(3), extra_flags);
     ASSERT_NO_FATAL_FAILURE(cluster_->Start());
     for (const std::string& dir : {etcd_->dir(), files_.path(), cluster_->pki()}) {
       ASSERT_EQ(chmod(dir.c_str(), 0711), 0) << dir;
@@ -100,7 +100,7 @@ class ClusterSecurity : public ::testing::Test {
   // The owner (this user) makes a job of one rank through node 1's socket (a follower's).
   void MakeVictim() {
     auto owner = ClientOf(cluster_->daemon(1).endpoint(), owner_token_);
-    auto joined = owner->Join(OneRankJob("victim", "node-b"), absl::Seconds(60));
+    auto joined = owner->Join(OneRankJob("victim", "node-b"), Scaled(absl::Seconds(60)));
     ASSERT_TRUE(joined.ok()) << joined.status();
   }
 

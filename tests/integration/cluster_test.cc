@@ -68,7 +68,7 @@ std::vector<std::unique_ptr<ChildProcess>> StartRanks(ZerodCluster& cluster, con
                                  // (its claim lapses, a follower recovers the state): the ranks
                                  // of surviving nodes retry through it, as they would with the
                                  // SDK's default (60s). 5s was once too short in CI.
-                                 "ZEROD_RETRY_FOR=30s"}));
+                                 "ZEROD_RETRY_FOR=" + ScaledFlag(absl::Seconds(30))}));
   }
   return ranks;
 }
@@ -95,7 +95,7 @@ class Cluster : public ::testing::Test {
 };
 
 TEST_F(Cluster, SixRanksOnThreeDaemonsTrainToTheUnshardedLossAndEveryDaemonShowsTheWholeJob) {
-  ZerodCluster cluster(*etcd_, "10s", logs_);
+  ZerodCluster cluster(*etcd_, absl::Seconds(10), logs_);
   ASSERT_NO_FATAL_FAILURE(cluster.Start());
   const ProcessResult reference =
       RunProcess({Built(TRAIN_MLP_PATH), "--reference", "--world", std::to_string(kWorld),
@@ -130,9 +130,10 @@ TEST_F(Cluster, SixRanksOnThreeDaemonsTrainToTheUnshardedLossAndEveryDaemonShows
   EXPECT_THAT(cluster.Log(1), Not(HasSubstr("job(s) recovered")));
 }
 
-// The killed node's ranks are lost one lease after its death. 4s, not less: under ThreadSanitizer
-// on two cores a live rank's heartbeats could be 2s apart while the session started.
-constexpr char kShortLease[] = "4s";
+// The killed node's ranks are lost one lease after its death. 4s (scaled), not less: under
+// ThreadSanitizer on two cores a live rank's heartbeats could be 2s apart while the session
+// started.
+constexpr absl::Duration kShortLease = absl::Seconds(4);
 
 TEST_F(Cluster, AKilledFollowersRanksAreDeclaredLostAndTheOthersAreToldWhich) {
   ZerodCluster cluster(*etcd_, kShortLease, logs_);
@@ -154,7 +155,7 @@ TEST_F(Cluster, AKilledLeaderIsReplacedByAFollowerThatKeepsTheJobAndDeclaresItsR
   // The surviving ranks must reach the new leader (itself, or the other follower once it follows
   // again) within the lease and the grace the recovery gives them: 1s of grace lost a survivor
   // now and then under the sanitizers on a loaded machine (rank 3, "rank 0, 1, 3 were lost").
-  ZerodCluster cluster(*etcd_, kShortLease, logs_, /*restart_grace=*/"3s");
+  ZerodCluster cluster(*etcd_, kShortLease, logs_, /*restart_grace=*/absl::Seconds(3));
   ASSERT_NO_FATAL_FAILURE(cluster.Start());
   auto ranks = StartRanks(cluster, "leader-dies", {"--stage", "2", "--steps", "1000000"}, logs_);
   WaitForStep(*ranks[5], 3);
@@ -182,7 +183,7 @@ TEST_F(Cluster, AKilledLeaderIsReplacedByAFollowerThatKeepsTheJobAndDeclaresItsR
 
 TEST_F(Cluster, KillingTheEtcdLeaderMidJobLosesNothingAndTrainingGoesOn) {
   // A longer lease: etcd's new election must not be mistaken for lost ranks or a lost claim.
-  ZerodCluster cluster(*etcd_, "6s", logs_);
+  ZerodCluster cluster(*etcd_, absl::Seconds(6), logs_);
   ASSERT_NO_FATAL_FAILURE(cluster.Start());
   auto ranks = StartRanks(cluster, "etcd-dies", {"--stage", "3", "--steps", "1000000"}, logs_);
   WaitForStep(*ranks[0], 3);
@@ -214,7 +215,7 @@ TEST_F(Cluster, KillingTheEtcdLeaderMidJobLosesNothingAndTrainingGoesOn) {
 }
 
 TEST_F(Cluster, OverAFollowersTcpPortTheViewsStillNeedATokenButItsSocketNeedsNone) {
-  ZerodCluster cluster(*etcd_, "10s", logs_);
+  ZerodCluster cluster(*etcd_, absl::Seconds(10), logs_);
   ASSERT_NO_FATAL_FAILURE(cluster.Start());
   // The follower's socket: its mode admitted the caller, as the leader's own socket would.
   EXPECT_EQ(cluster.daemon(1).Zeroctl({"jobs"}).exit_code, 0);
@@ -233,7 +234,7 @@ TEST_F(Cluster, OverAFollowersTcpPortTheViewsStillNeedATokenButItsSocketNeedsNon
   tls.pem_root_certs = ReadFile(cluster.cluster_ca());
   auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::SslCredentials(tls)));
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + Scaled(absl::Seconds(30))));
   v1::NodeHeartbeatRequest request;
   request.add_entries()->mutable_heartbeat()->set_job_id("any");
   v1::NodeHeartbeatResponse response;

@@ -15,6 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::testing {
 namespace {
@@ -94,7 +95,7 @@ absl::StatusOr<std::unique_ptr<HeadlessChromium>> HeadlessChromium::Start(
   browser->to_browser_ = commands[1];
   browser->from_browser_ = answers[0];
   // Chromium's first start on a loaded 2-core machine takes seconds; a minute is ample.
-  const absl::Duration startup = absl::Seconds(60);
+  const absl::Duration startup = Scaled(absl::Seconds(60));
   auto target = browser->Call("Target.createTarget", {{"url", "about:blank"}}, false, startup);
   if (!target.ok()) return target.status();
   auto attached =

@@ -96,7 +96,8 @@ TEST(LocalUser, ASocketAnotherProgramAnswersOnIsNeverTakenOverButAStaleOneIs) {
   auto zerod = StartZerod(path, dir.path() + "/data", dir.path() + "/zerod.log");
   client::ClientOptions options;
   options.endpoint = "unix://" + path;
-  options.retry_for = absl::Seconds(30);
+  options.retry_for = Scaled(absl::Seconds(30));
+  options.call_timeout = Scaled(options.call_timeout);
   auto client = client::CoordinatorClient::Connect(options);
   ASSERT_TRUE(client.ok());
   EXPECT_TRUE((*client)->ListJobs().ok()) << zerod->Output();

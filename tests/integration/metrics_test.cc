@@ -56,16 +56,24 @@ int FreePort() {
   return ntohs(address.sin_port);
 }
 
+// The port a daemon writes to `port_file` once it listens (0 if it does not within 10 s, scaled).
+int PortIn(const std::string& port_file) {
+  int port = 0;
+  Eventually(
+      [&] {
+        const std::string text = ReadFile(port_file);
+        if (text.find('\n') != std::string::npos) port = std::stoi(text);
+        return port != 0;
+      },
+      absl::Seconds(10));
+  return port;
+}
+
 // zerod with its HTTP listener on a port it picks; returns that port.
 int StartWithHttp(ZerodHarness& zerod) {
   const std::string port_file = zerod.dir().path() + "/http.port";
   zerod.Start({"--http-listen", "127.0.0.1:0", "--http-port-file", port_file});
-  int port = 0;
-  for (int i = 0; i < 400 && port == 0; ++i) {
-    const std::string text = ReadFile(port_file);
-    if (text.find('\n') != std::string::npos) port = std::stoi(text);
-    if (port == 0) absl::SleepFor(absl::Milliseconds(25));
-  }
+  const int port = PortIn(port_file);
   EXPECT_GT(port, 0) << zerod.Log();
   return port;
 }
@@ -77,7 +85,7 @@ std::string ViewerToken(const ZerodHarness& zerod) {
 
 std::string Scrape(int port, const std::string& token) {
   httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(30, 0);
+  client.set_read_timeout(absl::ToChronoSeconds(Scaled(absl::Seconds(30))));
   auto r = client.Get("/metrics", {{"Authorization", "Bearer " + token}});
   if (!r) return "";
   EXPECT_EQ(r->status, 200);
@@ -97,9 +105,8 @@ std::vector<std::unique_ptr<ChildProcess>> StartRanks(ZerodHarness& zerod, const
                                  absl::StrCat("ZEROD_RANK=", r),
                                  absl::StrCat("ZEROD_WORLD_SIZE=", world)}));
   }
-  for (int i = 0; i < 2400 && ranks[0]->Output().find("step 2 ") == std::string::npos; ++i) {
-    absl::SleepFor(absl::Milliseconds(25));
-  }
+  Eventually([&] { return ranks[0]->Output().find("step 2 ") != std::string::npos; },
+             absl::Seconds(60));
   EXPECT_THAT(ranks[0]->Output(), HasSubstr("step 2 "));
   return ranks;
 }
@@ -107,7 +114,7 @@ std::vector<std::unique_ptr<ChildProcess>> StartRanks(ZerodHarness& zerod, const
 // Prometheus's answer to an instant query: the "result" array (empty on any failure).
 json Query(int port, const std::string& promql) {
   httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(10, 0);
+  client.set_read_timeout(absl::ToChronoSeconds(Scaled(absl::Seconds(10))));
   auto r = client.Get("/api/v1/query", httplib::Params{{"query", promql}}, httplib::Headers{});
   if (!r || r->status != 200) return json::array();
   const json answer = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
@@ -128,7 +135,7 @@ std::map<std::string, double> Values(int port, const std::string& promql) {
 std::map<std::string, double> Await(
     int port, const std::string& promql,
     const std::function<bool(const std::map<std::string, double>&)>& ok,
-    absl::Duration timeout = absl::Seconds(120)) {
+    absl::Duration timeout = Scaled(absl::Seconds(120))) {
   const absl::Time deadline = absl::Now() + timeout;
   std::map<std::string, double> values;
   while (absl::Now() < deadline) {
@@ -155,11 +162,14 @@ TEST(Metrics, PrometheusScrapesARunningJobAndItsSeriesExistAndMove) {
 
   const int prometheus_port = FreePort();
   // As an operator would write it: the token read from the daemon's file at every scrape. And
-  // the same target without it, which must stay down.
+  // the same target without it, which must stay down. A scrape times out after an interval: 1 s,
+  // scaled for a slower build's daemon.
   const std::string target = absl::StrCat("      - targets: ['127.0.0.1:", http_port, "']\n");
+  const std::string interval = ScaledFlag(absl::Seconds(1));
   const std::string config = zerod.dir().WriteFile(
       "prometheus.yml",
-      absl::StrCat("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+      absl::StrCat("global:\n  scrape_interval: ", interval, "\n  evaluation_interval: ", interval,
+                   "\n"
                    "scrape_configs:\n  - job_name: zerod\n    authorization:\n"
                    "      type: Bearer\n      credentials_file: ",
                    zerod.data_dir(), "/viewer.token\n    static_configs:\n", target,
@@ -309,12 +319,7 @@ TEST(Metrics, AnotherUserWithoutTheViewerTokenGetsNothingFromTheHttpListener) {
   ASSERT_EQ(chmod(zerod.dir().path().c_str(), 0711), 0);
   const std::string port_file = zerod.dir().path() + "/http.port";
   zerod.Start({"--http-listen", "127.0.0.1:0", "--http-port-file", port_file});
-  int port = 0;
-  for (int i = 0; i < 400 && port == 0; ++i) {
-    const std::string text = ReadFile(port_file);
-    if (text.find('\n') != std::string::npos) port = std::stoi(text);
-    if (port == 0) absl::SleepFor(absl::Milliseconds(25));
-  }
+  const int port = PortIn(port_file);
   ASSERT_GT(port, 0) << zerod.Log();
   // A job whose name and host nobody must not learn.
   auto client = zerod.Client();
@@ -324,7 +329,7 @@ TEST(Metrics, AnotherUserWithoutTheViewerTokenGetsNothingFromTheHttpListener) {
   secret.host = "secret-host";
   secret.layout = plan::SyntheticLayout(1 << 12, DType::kBFloat16, 4);
   secret.plan_options.stage = 1;
-  ASSERT_TRUE(client->Join(secret, absl::Seconds(30)).ok());
+  ASSERT_TRUE(client->Join(secret, Scaled(absl::Seconds(30))).ok());
 
   for (const char* path : {"/metrics", "/", "/api/jobs", "/api/jobs/secret-job", "/nope"}) {
     SCOPED_TRACE(path);

@@ -13,7 +13,8 @@ std::vector<std::string> WithoutThisEnvironment(bool as_nobody) {
   std::vector<std::string> argv;
   if (as_nobody) argv = {"/usr/sbin/runuser", "-u", "nobody", "--"};
   argv.insert(argv.end(), {"/usr/bin/env", "-i", "PATH=/usr/bin:/bin"});
-  for (const char* name : {"TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"}) {
+  for (const char* name :
+       {"TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "ZEROD_TEST_TIME_SCALE"}) {
     if (const char* value = std::getenv(name); value != nullptr) {
       argv.push_back(absl::StrCat(name, "=", value));
     }

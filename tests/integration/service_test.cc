@@ -41,16 +41,6 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-// Waits until `done` holds, checking every 20ms, for up to `limit` (generous: a loaded CI box).
-bool Eventually(const std::function<bool()>& done, absl::Duration limit = absl::Seconds(60)) {
-  const absl::Time end = absl::Now() + limit;
-  while (!done()) {
-    if (absl::Now() > end) return false;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return true;
-}
-
 // The service manager's side of sd_notify: a datagram socket whose path goes to NOTIFY_SOCKET.
 class NotifySocket {
  public:
@@ -77,7 +67,7 @@ class NotifySocket {
   // Messages until one contains `wanted` (all of them, that one last), or every one received in
   // `limit` when none does.
   std::vector<std::string> ReceiveUntil(const std::string& wanted,
-                                        absl::Duration limit = absl::Seconds(60)) {
+                                        absl::Duration limit = Scaled(absl::Seconds(60))) {
     std::vector<std::string> got;
     const absl::Time end = absl::Now() + limit;
     while (absl::Now() < end) {
@@ -121,7 +111,7 @@ struct Daemon {
     client::ClientOptions options;
     options.endpoint = "unix://" + socket;
     options.retry_for = retry_for;
-    options.call_timeout = absl::Seconds(10);
+    options.call_timeout = Scaled(absl::Seconds(10));
     return *client::CoordinatorClient::Connect(options);
   }
   std::string Log() const { return ReadFile(log); }
@@ -133,7 +123,7 @@ std::string HealthOf(int port) {
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + Scaled(absl::Seconds(10))));
   grpc::Slice empty("");
   grpc::ByteBuffer request(&empty, 1), response;
   absl::Notification done;
@@ -171,7 +161,10 @@ TEST(Service, ReadyComesOnceTheSocketAnswersThenStatusPingsAndStoppingInThatOrde
   Daemon zerod;
   NotifySocket manager(zerod.dir.path() + "/notify.sock");
   ASSERT_TRUE(manager.bound());
-  zerod.Start({}, {"NOTIFY_SOCKET=" + manager.path(), "WATCHDOG_USEC=2000000"});
+  // WatchdogSec=2s (scaled): the daemon probes its loops every quarter of it, and a probe that a
+  // slow build's loop answers late costs a ping.
+  zerod.Start({}, {"NOTIFY_SOCKET=" + manager.path(),
+                   "WATCHDOG_USEC=" + ScaledMs(absl::Seconds(2)) + "000"});
 
   std::vector<std::string> before_ready = manager.ReceiveUntil("READY=1");
   ASSERT_FALSE(before_ready.empty()) << zerod.Log();
@@ -187,7 +180,7 @@ TEST(Service, ReadyComesOnceTheSocketAnswersThenStatusPingsAndStoppingInThatOrde
   // Pings while the daemon's loops answer (every 500ms for WatchdogSec=2s).
   std::vector<std::string> serving;
   for (int pings = 0; pings < 2;) {
-    auto m = manager.Receive(absl::Seconds(30));
+    auto m = manager.Receive(Scaled(absl::Seconds(30)));
     ASSERT_TRUE(m.has_value()) << "no WATCHDOG=1 ping; log:\n" << zerod.Log();
     serving.push_back(*m);
     pings += absl::StrContains(*m, "WATCHDOG=1") ? 1 : 0;
@@ -218,10 +211,11 @@ TEST(Service, WatchdogPingsStopAndHealthSaysNotServingWhenTheDaemonsLoopIsStuck)
   NotifySocket manager(zerod.dir.path() + "/notify.sock");
   ASSERT_TRUE(manager.bound());
   // A round every second; the timer thread gets stuck (the fake) 10s after the start, time for a
-  // loaded machine to start and ping first.
-  zerod.Start({"--health-listen", "127.0.0.1:0"},
-              {"NOTIFY_SOCKET=" + manager.path(), "WATCHDOG_USEC=4000000",
-               "ZEROD_TEST_STALL_LOOP_AFTER=10s"});
+  // loaded machine to start and ping first (both scaled).
+  zerod.Start(
+      {"--health-listen", "127.0.0.1:0"},
+      {"NOTIFY_SOCKET=" + manager.path(), "WATCHDOG_USEC=" + ScaledMs(absl::Seconds(4)) + "000",
+       "ZEROD_TEST_STALL_LOOP_AFTER=" + ScaledFlag(absl::Seconds(10))});
   ASSERT_THAT(Last(manager.ReceiveUntil("READY=1")), HasSubstr("READY=1")) << zerod.Log();
   // (No std::regex: GCC 12's ASan build warns inside it, -Wmaybe-uninitialized.)
   const std::string log = zerod.Log();
@@ -234,16 +228,19 @@ TEST(Service, WatchdogPingsStopAndHealthSaysNotServingWhenTheDaemonsLoopIsStuck)
   ASSERT_THAT(Last(manager.ReceiveUntil("WATCHDOG=1")), HasSubstr("WATCHDOG=1"))
       << "no ping while the loops answer; log:\n"
       << zerod.Log();
-  EXPECT_TRUE(Eventually([&] { return HealthOf(health_port) == "SERVING"; }))
+  EXPECT_TRUE(Eventually([&] { return HealthOf(health_port) == "SERVING"; }, absl::Seconds(60)))
       << HealthOf(health_port);
 
   // Stuck: the watchdog says so once, and from then on no ping comes.
-  ASSERT_TRUE(Eventually([&] { return absl::StrContains(zerod.Log(), "loops do not answer"); }))
+  ASSERT_TRUE(Eventually([&] { return absl::StrContains(zerod.Log(), "loops do not answer"); },
+                         absl::Seconds(60)))
       << zerod.Log();
   EXPECT_THAT(zerod.Log(), HasSubstr("registry's timer thread"));
   while (manager.Receive(absl::ZeroDuration())) {
   }
-  const std::vector<std::string> stuck = manager.ReceiveUntil("WATCHDOG=1", absl::Seconds(4));
+  // Four rounds (one WatchdogSec, scaled) without a ping.
+  const std::vector<std::string> stuck =
+      manager.ReceiveUntil("WATCHDOG=1", Scaled(absl::Seconds(4)));
   EXPECT_EQ(Count(stuck, "WATCHDOG=1"), 0) << "pinged while the loop is stuck";
   EXPECT_EQ(HealthOf(health_port), "NOT_SERVING");
 
@@ -267,16 +264,17 @@ client::JoinOptions OneRankJob(const std::string& job) {
 TEST(Service, SigtermAnswersInFlightCallsTellsWatchersAndKeepsEveryAcknowledgedWrite) {
   ZerodHarness zerod({"--no-auth"});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
-  ASSERT_TRUE(zerod.Client()->Join(OneRankJob("drain"), absl::Seconds(30)).ok());
+  ASSERT_TRUE(zerod.Client()->Join(OneRankJob("drain"), Scaled(absl::Seconds(30))).ok());
 
+  // Calls that would outlast the drain by far, were they not answered by it.
   client::ClientOptions no_retry;
   no_retry.endpoint = zerod.endpoint();
   no_retry.retry_for = absl::ZeroDuration();
-  no_retry.call_timeout = absl::Seconds(60);
+  no_retry.call_timeout = Scaled(absl::Seconds(60));
   absl::Status waited, watched;
   std::thread waiter([&] {
     waited = (*client::CoordinatorClient::Connect(no_retry))
-                 ->StoreWait("drain", {"never-set"}, absl::Seconds(60));
+                 ->StoreWait("drain", {"never-set"}, Scaled(absl::Seconds(60)));
   });
   std::atomic<bool> watching{false};
   std::thread watcher([&] {
@@ -301,20 +299,23 @@ TEST(Service, SigtermAnswersInFlightCallsTellsWatchersAndKeepsEveryAcknowledgedW
       }
     });
   }
-  ASSERT_TRUE(Eventually([&] { return watching.load(); }));
-  ASSERT_TRUE(Eventually([&] {
-    for (const auto& a : acknowledged) {
-      if (a.load() < 10) return false;
-    }
-    return true;
-  }));
+  ASSERT_TRUE(Eventually([&] { return watching.load(); }, absl::Seconds(60)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const auto& a : acknowledged) {
+          if (a.load() < 10) return false;
+        }
+        return true;
+      },
+      absl::Seconds(60)));
   const absl::Time signalled = absl::Now();
   EXPECT_EQ(zerod.Terminate(), 0) << zerod.Log();
   waiter.join();
   watcher.join();
   for (auto& t : writers) t.join();
-  // Within the bound (--drain-timeout 10s + 5s for the flush), with room for a loaded machine.
-  EXPECT_LT(absl::Now() - signalled, absl::Seconds(20));
+  // Within the bound (--drain-timeout 10s + 5s for the flush), with room for a loaded machine and
+  // a slower build, and well before the calls' own deadlines.
+  EXPECT_LT(absl::Now() - signalled, Scaled(absl::Seconds(20)));
   EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
   EXPECT_THAT(std::string(waited.message()), HasSubstr("shutting down"));
   EXPECT_EQ(watched.code(), absl::StatusCode::kUnavailable) << watched;
@@ -338,10 +339,12 @@ TEST(Service, SighupReopensTheLogFileSoLinesGoToTheNewOneAfterARotation) {
   EXPECT_THAT(ReadFile(file), HasSubstr("listening on unix:"));
   ASSERT_EQ(std::rename(file.c_str(), (file + ".1").c_str()), 0);
   zerod.Signal(SIGHUP);
-  ASSERT_TRUE(Eventually([&] { return absl::StrContains(ReadFile(file), "log file reopened"); }))
+  ASSERT_TRUE(Eventually([&] { return absl::StrContains(ReadFile(file), "log file reopened"); },
+                         absl::Seconds(60)))
       << ReadFile(file + ".1") << zerod.Log();
-  ASSERT_TRUE(zerod.Client()->Join(OneRankJob("rotated"), absl::Seconds(30)).ok());
-  EXPECT_TRUE(Eventually([&] { return absl::StrContains(ReadFile(file), "job rotated"); }));
+  ASSERT_TRUE(zerod.Client()->Join(OneRankJob("rotated"), Scaled(absl::Seconds(30))).ok());
+  EXPECT_TRUE(Eventually([&] { return absl::StrContains(ReadFile(file), "job rotated"); },
+                         absl::Seconds(60)));
   EXPECT_THAT(ReadFile(file + ".1"), Not(HasSubstr("job rotated")));
   EXPECT_EQ(zerod.Terminate(), 0);
   EXPECT_THAT(ReadFile(file), HasSubstr("stopped"));

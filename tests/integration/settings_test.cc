@@ -54,7 +54,7 @@ Started StartAndStop(const TempDir& dir, const std::vector<std::string>& flags,
   argv.insert(argv.end(), flags.begin(), flags.end());
   ChildProcess zerod(argv, log, env);
   Started run;
-  const absl::Time end = absl::Now() + absl::Seconds(60);
+  const absl::Time end = absl::Now() + Scaled(absl::Seconds(60));
   while (!absl::StrContains(ReadFile(log), "listening on unix:") && absl::Now() < end) {
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -148,7 +148,7 @@ TEST(Settings, JsonLogsAreOneObjectPerLineAndAJobsLinesCarryJobRankAndGeneration
   ZerodHarness zerod({"--no-auth", "--log-format", "json"});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   auto client = zerod.Client();
-  ASSERT_TRUE(client->Join(OneRankJob("logged"), absl::Seconds(30)).ok());
+  ASSERT_TRUE(client->Join(OneRankJob("logged"), Scaled(absl::Seconds(30))).ok());
   ASSERT_TRUE(client->Leave("logged", 0).ok());
   ASSERT_EQ(zerod.Terminate(), 0);
   json formed, left;

@@ -39,7 +39,7 @@ client::JoinOptions JoinOf(const std::string& job, int64_t world = 1) {
 void FormJob(ZerodHarness& zerod, const std::string& job, const std::string& key = "",
              const std::string& value = "") {
   auto client = zerod.Client();
-  auto joined = client->Join(JoinOf(job), absl::Seconds(30));
+  auto joined = client->Join(JoinOf(job), Scaled(absl::Seconds(30)));
   ASSERT_TRUE(joined.ok()) << joined.status();
   if (!key.empty()) {
     ASSERT_TRUE(client->StoreSet(job, key, value).ok());
@@ -189,7 +189,7 @@ TEST(StateIntegrity, BytesChangedInsideAStoredValueAreNotServedAndOnlyThatJobIsQ
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   client = zerod.Client();
   EXPECT_THAT(client->DescribeJob("hit").status().message(), HasSubstr("is quarantined"));
-  ASSERT_TRUE(client->Join(JoinOf("hit"), absl::Seconds(30)).ok());
+  ASSERT_TRUE(client->Join(JoinOf("hit"), Scaled(absl::Seconds(30))).ok());
   EXPECT_TRUE(client->DescribeJob("hit").ok());
   auto fresh = client->StoreGet("hit", "addr", absl::ZeroDuration());
   EXPECT_EQ(fresh.status().code(), absl::StatusCode::kNotFound) << "old records mixed in";

@@ -25,7 +25,7 @@ using ::testing::IsEmpty;
 
 // Every wait is bounded generously: the CI machine is a loaded 2-core box running sanitizer
 // builds beside this one, and Chromium's first start alone can take seconds there.
-constexpr absl::Duration kWait = absl::Seconds(90);
+const absl::Duration kWait = Scaled(absl::Seconds(90));
 
 // The members table as the page shows it: [{rank, state, step}].
 constexpr char kMembers[] = R"js(
@@ -52,11 +52,13 @@ json EvaluateUntil(HeadlessChromium& browser, const std::string& expression, Pre
 
 std::string ReadPort(const std::string& path) {
   std::string port;
-  for (int i = 0; i < 600 && port.empty(); ++i) {
-    std::ifstream in(path);
-    std::getline(in, port);
-    if (port.empty()) absl::SleepFor(absl::Milliseconds(50));
-  }
+  Eventually(
+      [&] {
+        std::ifstream in(path);
+        std::getline(in, port);
+        return !port.empty();
+      },
+      absl::Seconds(30));
   return port;
 }
 
@@ -102,7 +104,7 @@ TEST(StatusPage, ShowsARunningJobsRanksAdvancingLiveWithNoConsoleError) {
   hostile.device = hostile_device;
   hostile.layout = plan::SyntheticLayout(1 << 12, DType::kBFloat16, 4);
   hostile.plan_options.stage = 1;
-  ASSERT_TRUE(client->Join(hostile, absl::Seconds(30)).ok());
+  ASSERT_TRUE(client->Join(hostile, Scaled(absl::Seconds(30))).ok());
 
   auto browser = HeadlessChromium::Start(chromium, zerod.dir().path() + "/chromium-profile",
                                          zerod.dir().path() + "/chromium.log");

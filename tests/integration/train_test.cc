@@ -201,24 +201,29 @@ std::vector<std::unique_ptr<ChildProcess>> StartEndlessRanks(
         args, zerod.dir().path() + "/" + job + std::to_string(r) + ".log", environment));
   }
   const std::string marker = absl::StrCat("step ", steps, " ");
-  for (int i = 0; i < 1200 && ranks[0]->Output().find(marker) == std::string::npos; ++i) {
-    absl::SleepFor(absl::Milliseconds(25));
-  }
+  Eventually([&] { return ranks[0]->Output().find(marker) != std::string::npos; },
+             absl::Seconds(30));
   EXPECT_THAT(ranks[0]->Output(), HasSubstr(marker));
   return ranks;
 }
 
+// A lease the live ranks keep on a loaded machine (2 s, scaled: a plain 1 s lease once lapsed for
+// live ranks under TSan), short enough that a lost rank is declared lost soon.
+std::vector<std::string> ShortLease() {
+  return {"--lease-ttl", ScaledFlag(absl::Seconds(2)), "--restart-grace",
+          ScaledFlag(absl::Seconds(1))};
+}
+
 void KillOneOfThree(const std::string& stage) {
-  // A 2 s lease: under TSan on a loaded 2-core machine a 1 s lease once lapsed for live ranks.
-  ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "1s"});
+  ZerodHarness zerod(ShortLease());
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   std::vector<std::unique_ptr<ChildProcess>> ranks =
       StartEndlessRanks(zerod, "killed", 3, stage, 3);
   ASSERT_THAT(ranks[0]->Output(), HasSubstr("step 3 "));
   // Kill rank 1 as a crash would.
   ranks[1]->Signal(SIGKILL);
-  // Released, not hung: Wait gives up (and returns -1) after 20 s, ample for a 2 s lease even on
-  // a loaded 2-core CI machine (a 10 s bound once missed there, at 11.4 s).
+  // Released, not hung: Wait gives up (and returns -1) after 20 s (scaled), ample for a 2 s lease
+  // even on a loaded 2-core CI machine (a 10 s bound once missed there, at 11.4 s).
   for (int r : {0, 2}) {
     EXPECT_EQ(ranks[r]->Wait(absl::Seconds(20)), 1) << ranks[r]->Output();
     EXPECT_THAT(ranks[r]->Output(), HasSubstr("rank 1 was lost")) << ranks[r]->Output();
@@ -240,13 +245,13 @@ TEST(Train, AKilledRankReleasesTheOthersWithAnErrorNamingIt) {
 TEST(Train, AStoppedRankIsDeclaredLostReleasesTheOthersAndExitsCleanlyWhenResumed) {
   for (const char* stage : {"2", "3"}) {
     SCOPED_TRACE(absl::StrCat("stage ", stage));
-    ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "1s"});
+    ZerodHarness zerod(ShortLease());
     ASSERT_NO_FATAL_FAILURE(zerod.Start());
     const std::string job = absl::StrCat("stopped", stage);
     std::vector<std::unique_ptr<ChildProcess>> ranks = StartEndlessRanks(zerod, job, 4, stage, 3);
     ranks[1]->Signal(SIGSTOP);
     // The lease is 2 s; 60 s is ample on a loaded machine (once, at the busy start of an ASan
-    // suite, 30 s was not), and far from the 120 s collective timeout.
+    // suite, 30 s was not; both scaled), and the lease far from the 120 s collective timeout.
     for (int r : {0, 2, 3}) {
       EXPECT_EQ(ranks[r]->Wait(absl::Seconds(60)), 1) << ranks[r]->Output();
       EXPECT_THAT(ranks[r]->Output(), HasSubstr("rank 1 was lost")) << ranks[r]->Output();
@@ -261,7 +266,7 @@ TEST(Train, AStoppedRankIsDeclaredLostReleasesTheOthersAndExitsCleanlyWhenResume
 // A rank whose script ends early calls Leave: the others must not wait for their collective
 // timeout, or blame ranks that are alive; they learn from the coordinator which rank left.
 TEST(Train, ARankThatLeavesEarlyReleasesTheOthersNamingIt) {
-  ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "1s"});
+  ZerodHarness zerod(ShortLease());
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   std::vector<std::unique_ptr<ChildProcess>> ranks =
       StartEndlessRanks(zerod, "leaver", 3, "3", 3, {{}, {"--leave-after", "5"}});
@@ -273,14 +278,14 @@ TEST(Train, ARankThatLeavesEarlyReleasesTheOthersNamingIt) {
     EXPECT_EQ(ranks[r]->Wait(absl::Seconds(30)), 1) << ranks[r]->Output();
     EXPECT_THAT(ranks[r]->Output(), HasSubstr("rank 1 has left the job")) << ranks[r]->Output();
   }
-  EXPECT_LT(absl::Now() - left, absl::Seconds(20));
+  EXPECT_LT(absl::Now() - left, Scaled(absl::Seconds(20)));
 }
 
 // A daemon killed for good: the trainers' calls retry for ZEROD_RETRY_FOR from the start of the
 // outage, not each call for a minute of its own (heartbeat, heartbeat, leave: 3 minutes), then
 // stop with the endpoint named. A restart within the budget is ridden through (zerod_test).
 TEST(Train, ATrainerWhoseDaemonIsGoneForGoodStopsWithinItsRetryBudget) {
-  ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "1s"});
+  ZerodHarness zerod(ShortLease());
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   std::vector<std::unique_ptr<ChildProcess>> ranks =
       StartEndlessRanks(zerod, "orphan", 2, "2", 3, {}, {"ZEROD_RETRY_FOR=3s"});
@@ -302,20 +307,23 @@ TEST(Train, ATrainerWhoseSessionDoesNotStartNamesItsJobAndTheRankItAskedFor) {
   EXPECT_THAT(r.err, Not(HasSubstr("rank -1")));
 }
 
-// A daemon that does not run for three lease periods (SIGSTOP here; a paused VM or a starved
+// A daemon that does not run for two lease periods (SIGSTOP here; a paused VM or a starved
 // machine alike) heard no heartbeat in that time: when it runs again no rank is declared lost.
+// The lease is scaled and so is the pause; a rank whose heartbeat (every 500 ms) was due as the
+// daemon stopped has what is left of its lease after the resume to be heard: a plain 1 s lease
+// left a TSan run on a loaded machine too little.
 TEST(Train, ADaemonStoppedLongerThanTheLeaseLosesNoRank) {
-  ZerodHarness zerod({"--lease-ttl", "1s", "--restart-grace", "1s"});
+  const absl::Duration lease = Scaled(absl::Seconds(2));
+  ZerodHarness zerod({"--lease-ttl", absl::FormatDuration(lease), "--restart-grace",
+                      ScaledFlag(absl::Seconds(1))});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   std::vector<std::unique_ptr<ChildProcess>> ranks = StartEndlessRanks(zerod, "paused", 2, "2", 3);
   zerod.Signal(SIGSTOP);
-  absl::SleepFor(absl::Seconds(3));
+  absl::SleepFor(2 * lease);  // real time: the daemon must miss every heartbeat of a lease
   zerod.Signal(SIGCONT);
   const size_t seen = ranks[0]->Output().size();
-  for (int i = 0; i < 400 && ranks[0]->Output().size() < seen + 200; ++i) {
-    absl::SleepFor(absl::Milliseconds(25));
-  }
-  absl::SleepFor(absl::Seconds(1));  // several sweeps after the pause
+  Eventually([&] { return ranks[0]->Output().size() >= seen + 200; }, absl::Seconds(10));
+  absl::SleepFor(lease);  // several sweeps (every quarter lease) after the pause
   const ProcessResult members = zerod.Zeroctl({"members", "paused"});
   EXPECT_EQ(members.exit_code, 0) << members.err;
   EXPECT_THAT(members.out, Not(HasSubstr("lost"))) << members.out;
@@ -333,18 +341,20 @@ TEST(Zerorun, PrefixesOutputSetsTheEnvironmentAndPropagatesFailure) {
   EXPECT_THAT(ok.out, HasSubstr("[rank 0] 0/2 env unix:///nowhere"));
   EXPECT_THAT(ok.out, HasSubstr("[rank 1] 1/2 env unix:///nowhere"));
   EXPECT_THAT(ok.err, HasSubstr("[rank 1] oops"));
-  // Rank 1 fails with 3 while rank 0 would run for a minute: zerorun stops it and exits 3.
+  // Rank 1 fails with 3 while rank 0 would run for a minute: zerorun stops it and exits 3 (well
+  // before the minute: the bound, scaled, is what catches a zerorun that waits for rank 0).
   const absl::Time start = absl::Now();
   const ProcessResult failed =
       RunProcess({ZERORUN_PATH, "-n", "2", "--endpoint", "unix:///nowhere", "--", "sh", "-c",
-                  "if [ $ZEROD_RANK = 1 ]; then exit 3; fi; sleep 60"});
+                  absl::StrCat("if [ $ZEROD_RANK = 1 ]; then exit 3; fi; sleep ",
+                               absl::ToInt64Seconds(Scaled(absl::Seconds(60))))});
   EXPECT_EQ(failed.exit_code, 3);
   EXPECT_THAT(failed.err, HasSubstr("rank 1 exited with code 3"));
   // No restart follows, and the message does not promise one.
   EXPECT_THAT(failed.err, HasSubstr("zerorun: ending job "));
   EXPECT_THAT(failed.err, HasSubstr(" after its ranks failed: "));
   EXPECT_THAT(failed.err, Not(HasSubstr("before the restart")));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_LT(absl::Now() - start, Scaled(absl::Seconds(20)));
   // Usage errors.
   EXPECT_EQ(RunProcess({ZERORUN_PATH, "-n", "0", "--endpoint", "x", "--", "true"}).exit_code, 2);
   EXPECT_EQ(RunProcess({ZERORUN_PATH, "-n", "2", "--endpoint", "x"}).exit_code, 2);

@@ -8,13 +8,14 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/util/certificates.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::testing {
 
 std::string ZerodCluster::NodeHost(int node) { return absl::StrCat("127.0.0.", node + 1); }
 
-ZerodCluster::ZerodCluster(EtcdCluster& etcd, const std::string& lease_ttl, const TempDir& files,
-                           const std::string& restart_grace,
+ZerodCluster::ZerodCluster(EtcdCluster& etcd, absl::Duration lease_ttl, const TempDir& files,
+                           absl::Duration restart_grace,
                            const std::vector<std::string>& extra_flags)
     : files_(files), pki_(files.path() + "/pki") {
   mkdir(pki_.c_str(), 0700);
@@ -30,8 +31,8 @@ ZerodCluster::ZerodCluster(EtcdCluster& etcd, const std::string& lease_ttl, cons
                                       "--listen",        absl::StrCat(NodeHost(node), ":0"),
                                       "--port-file",     port_file(node),
                                       "--node",          absl::StrCat("node-", node),
-                                      "--lease-ttl",     lease_ttl,
-                                      "--restart-grace", restart_grace,
+                                      "--lease-ttl",     ScaledFlag(lease_ttl),
+                                      "--restart-grace", ScaledFlag(restart_grace),
                                       "--tls-cert",      member_cert(),
                                       "--tls-key",       member_key(),
                                       "--cluster-ca",    cluster_ca()};

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "tests/integration/zerod_harness.h"
 #include "tests/util/etcd_cluster.h"
 
@@ -23,10 +24,11 @@ class ZerodCluster {
   static std::string NodeHost(int node);
 
   // Each daemon writes its TCP port (the leader's, or its forwarder's) to port_file(node).
-  // `restart_grace`: what a new leader adds to the recovered leases (zerod's default is 10s).
-  // `extra_flags` go to every daemon. The certificates go under `files`.
-  ZerodCluster(EtcdCluster& etcd, const std::string& lease_ttl, const TempDir& files,
-               const std::string& restart_grace = "1s",
+  // `restart_grace`: what a new leader adds to the recovered leases (zerod's default is 10s). Both
+  // durations are scaled for the build (tests/util/test_time.h); the lease is also the leader's
+  // claim on the cluster. `extra_flags` go to every daemon. The certificates go under `files`.
+  ZerodCluster(EtcdCluster& etcd, absl::Duration lease_ttl, const TempDir& files,
+               absl::Duration restart_grace = absl::Seconds(1),
                const std::vector<std::string>& extra_flags = {});
   // Empty when the certificates were made.
   const std::string& error() const { return error_; }

@@ -63,8 +63,8 @@ TEST(Zerod, AJobOfFourProcessesFormsAndEveryRankGetsTheSamePlan) {
 TEST(Zerod, BlockingGetWaitsForAnotherProcessToSet) {
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
-  auto reader = zerod.StartRank(
-      {"--job", "kv", "--world", "2", "--rank", "0", "--get", "nccl_id", "--timeout-ms", "20000"});
+  auto reader = zerod.StartRank({"--job", "kv", "--world", "2", "--rank", "0", "--get", "nccl_id",
+                                 "--timeout-ms", ScaledMs(absl::Seconds(20))});
   auto writer = zerod.StartRank(
       {"--job", "kv", "--world", "2", "--rank", "1", "--run-ms", "0", "--set", "nccl_id=abc123"});
   const json w = zerod.Finish(*writer);
@@ -81,7 +81,7 @@ TEST(Zerod, StoreOperationsAndBarrier) {
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   auto client = zerod.Client();
-  auto joined = client->Join(JoinOf("ops", 1, 0), absl::Seconds(10));
+  auto joined = client->Join(JoinOf("ops", 1, 0), Scaled(absl::Seconds(10)));
   ASSERT_TRUE(joined.ok()) << joined.status();
   EXPECT_EQ(*client->StoreAdd("ops", "n", 3), 3);
   EXPECT_EQ(*client->StoreAdd("ops", "n", 4), 7);
@@ -99,7 +99,7 @@ TEST(Zerod, StoreOperationsAndBarrier) {
   std::atomic<int> passed{0};
   for (int p = 0; p < 3; ++p) {
     threads.emplace_back([&, p] {
-      if (client->Barrier("ops", "step1", p, 3, absl::Seconds(10)).ok()) ++passed;
+      if (client->Barrier("ops", "step1", p, 3, Scaled(absl::Seconds(10))).ok()) ++passed;
     });
   }
   for (auto& t : threads) t.join();
@@ -112,7 +112,7 @@ TEST(Zerod, TheRuntimeStoreInterfaceWorksOverTheDaemon) {
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   std::shared_ptr<client::CoordinatorClient> client = zerod.Client();
-  ASSERT_TRUE(client->Join(JoinOf("rdzv", 1, 0), absl::Seconds(10)).ok());
+  ASSERT_TRUE(client->Join(JoinOf("rdzv", 1, 0), Scaled(absl::Seconds(10))).ok());
   auto store = std::make_shared<client::CoordinatorStore>(client, "rdzv");
   comm::PrefixStore generation("gen1", store);
   comm::Store& s = generation;
@@ -129,21 +129,22 @@ TEST(Zerod, TheRuntimeStoreInterfaceWorksOverTheDaemon) {
     absl::SleepFor(absl::Milliseconds(100));
     EXPECT_TRUE(s.Set("late", "v").ok());
   });
-  EXPECT_EQ(*s.Get("late", absl::Seconds(10)), "v");
+  EXPECT_EQ(*s.Get("late", Scaled(absl::Seconds(10))), "v");
   late.join();
   EXPECT_EQ(s.Get("absent", absl::Milliseconds(100)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST(Zerod, AnExpiredLeaseMarksTheRankLostAndEveryWatcherIsTold) {
-  // A lease of 1 s: long enough that rank 0's heartbeats (every 50 ms) keep it on a loaded TSan
-  // run (at 300 ms it was once declared lost too), short enough that rank 1 is lost while the
-  // watch below is open.
-  ZerodHarness zerod({"--lease-ttl", "1s", "--restart-grace", "0s"});
+  // A lease of 1 s (scaled): long enough that rank 0's heartbeats (every 50 ms) keep it on a
+  // loaded machine (at 300 ms it was once declared lost too), short enough that rank 1 is lost
+  // while the watch below is open. Rank 0 outlives the lease of rank 1 twice over, and its own
+  // lapses one lease after it ends: both scale alike.
+  ZerodHarness zerod({"--lease-ttl", ScaledFlag(absl::Seconds(1)), "--restart-grace", "0s"});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
-  // Rank 0 heartbeats for 3 s; rank 1 joins and exits without a word.
+  // Rank 0 heartbeats for 3 leases; rank 1 joins and exits without a word.
   auto alive = zerod.StartRank({"--job", "lease", "--world", "2", "--rank", "0", "--heartbeat-ms",
-                                "50", "--run-ms", "3000"});
+                                "50", "--run-ms", ScaledMs(absl::Seconds(3))});
   auto silent = zerod.StartRank({"--job", "lease", "--world", "2", "--rank", "1"});
   EXPECT_EQ(zerod.Finish(*silent)["rank"], 1);
   auto client = zerod.Client();
@@ -151,7 +152,7 @@ TEST(Zerod, AnExpiredLeaseMarksTheRankLostAndEveryWatcherIsTold) {
   const absl::Time start = absl::Now();
   absl::Status watched = client->Watch("lease", [&](const v1::JobEvent& e) {
     events.push_back(e);
-    return e.kind() != v1::JobEvent::MEMBER_LOST && absl::Now() - start < absl::Seconds(10);
+    return e.kind() != v1::JobEvent::MEMBER_LOST && absl::Now() - start < Scaled(absl::Seconds(10));
   });
   ASSERT_TRUE(watched.ok()) << watched;
   ASSERT_FALSE(events.empty());
@@ -172,9 +173,10 @@ TEST(Zerod, AnExpiredLeaseMarksTheRankLostAndEveryWatcherIsTold) {
 TEST(Zerod, KillNineAndRestartKeepsJobsPlansAndStoreKeysAndClientsRideThrough) {
   ZerodHarness zerod({"--restart-grace", "30s"});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
-  // Rank 0 keeps heartbeating across the crash; rank 1 stores a key and exits.
+  // Rank 0 keeps heartbeating across the crash (and the restart, slower in a slower build); rank 1
+  // stores a key and exits.
   auto steady = zerod.StartRank({"--job", "durable", "--world", "2", "--rank", "0",
-                                 "--heartbeat-ms", "100", "--run-ms", "4000"});
+                                 "--heartbeat-ms", "100", "--run-ms", ScaledMs(absl::Seconds(4))});
   auto setter = zerod.StartRank(
       {"--job", "durable", "--world", "2", "--rank", "1", "--set", "gloo/addr=10.0.0.1:99"});
   const json set = zerod.Finish(*setter);
@@ -209,16 +211,17 @@ TEST(Zerod, BadInputGetsAPreciseStatusAndHarmsNothing) {
   auto client = zerod.Client(absl::Seconds(2));
   // Rank 0 waits in a join while the others are refused.
   std::thread rank0([&] {
-    auto m = client->Join(JoinOf("bad", 2, 0), absl::Seconds(30));
+    auto m = client->Join(JoinOf("bad", 2, 0), Scaled(absl::Seconds(30)));
     EXPECT_TRUE(m.ok()) << m.status();
   });
   // The refusals below compare against rank 0: wait until the daemon has it (a loaded or
   // sanitized machine may take a while).
-  for (int i = 0; i < 2000; ++i) {
-    auto job = client->DescribeJob("bad");
-    if (job.ok() && job->members_size() > 0) break;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  Eventually(
+      [&] {
+        auto job = client->DescribeJob("bad");
+        return job.ok() && job->members_size() > 0;
+      },
+      absl::Seconds(20));
   auto mismatch = client->Join(JoinOf("bad", 2, 1, 1 << 21), absl::Seconds(5));
   EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(mismatch.status().message()), HasSubstr("differs from rank 0"));
@@ -236,7 +239,7 @@ TEST(Zerod, BadInputGetsAPreciseStatusAndHarmsNothing) {
   EXPECT_EQ(client->StoreSet("bad", "big", std::string(2 << 20, 'x')).code(),
             absl::StatusCode::kResourceExhausted);
   // Nothing was harmed: rank 1 joins properly and the job forms.
-  auto rank1 = client->Join(JoinOf("bad", 2, 1), absl::Seconds(10));
+  auto rank1 = client->Join(JoinOf("bad", 2, 1), Scaled(absl::Seconds(10)));
   EXPECT_TRUE(rank1.ok()) << rank1.status();
   rank0.join();
   // A budget no stage meets: RESOURCE_EXHAUSTED that says what would fit.
@@ -257,14 +260,13 @@ TEST(Zerod, ZeroctlShowsALiveJob) {
   }
   auto client = zerod.Client();
   // Wait until both heartbeat with their memory.
-  for (int tries = 0; tries < 200; ++tries) {
-    auto d = client->DescribeJob("live");
-    if (d.ok() && d->members_size() == 2 && !d->members(0).memory_bytes().empty() &&
-        !d->members(1).memory_bytes().empty()) {
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  Eventually(
+      [&] {
+        auto d = client->DescribeJob("live");
+        return d.ok() && d->members_size() == 2 && !d->members(0).memory_bytes().empty() &&
+               !d->members(1).memory_bytes().empty();
+      },
+      absl::Seconds(10));
   ProcessResult r = zerod.Zeroctl({"jobs"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("live"));
@@ -307,7 +309,7 @@ TEST(Zerod, ZeroctlTakesGlobalFlagsBeforeTheCommand) {
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   auto client = zerod.Client();
   // One member that never heartbeats: nothing changes between the calls compared below.
-  ASSERT_TRUE(client->Join(JoinOf("g", 1, 0), absl::Seconds(10)).ok());
+  ASSERT_TRUE(client->Join(JoinOf("g", 1, 0), Scaled(absl::Seconds(10))).ok());
   struct Command {
     std::vector<std::string> args;
     const char* shows;  // in text and JSON alike
@@ -319,7 +321,7 @@ TEST(Zerod, ZeroctlTakesGlobalFlagsBeforeTheCommand) {
   for (const Command& c : commands) {
     for (const bool as_json : {false, true}) {
       std::vector<std::string> global = {Built(ZEROCTL_PATH), "--endpoint", zerod.endpoint(),
-                                         "--timeout", "5s"};
+                                         "--timeout", ScaledFlag(absl::Seconds(5))};
       if (as_json) global.push_back("--json");
       global.insert(global.end(), c.args.begin(), c.args.end());
       std::vector<std::string> local = c.args;
@@ -349,15 +351,13 @@ TEST(Zerod, ZeroctlWatchStreamsEventsUntilTheJobEnds) {
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   auto client = zerod.Client();
-  ASSERT_TRUE(client->Join(JoinOf("w", 1, 0), absl::Seconds(10)).ok());
+  ASSERT_TRUE(client->Join(JoinOf("w", 1, 0), Scaled(absl::Seconds(10))).ok());
   ChildProcess watch({ZEROCTL_PATH, "watch", "w", "--json", "--endpoint", zerod.endpoint()},
                      zerod.dir().path() + "/watch.log");
   // The step must happen while the watch is open: wait for its first event (a fixed 300 ms was
   // not always enough on a loaded TSan run).
-  for (int i = 0; i < 600 && watch.Output().find("\"kind\":\"snapshot\"") == std::string::npos;
-       ++i) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  Eventually([&] { return watch.Output().find("\"kind\":\"snapshot\"") != std::string::npos; },
+             absl::Seconds(30));
   client::HeartbeatReport report;
   report.step = 5;
   ASSERT_TRUE(client->Heartbeat("w", 0, 1, report).ok());
@@ -380,7 +380,9 @@ TEST(Zerod, SigtermDrainsAndExitsZero) {
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   auto waiting = zerod.StartRank({"--job", "drain", "--world", "2", "--rank", "0"});
-  absl::SleepFor(absl::Milliseconds(300));
+  // A join waiting in the daemon when it is told to stop.
+  auto client = zerod.Client();
+  Eventually([&] { return client->DescribeJob("drain").ok(); }, absl::Seconds(20));
   EXPECT_EQ(zerod.Terminate(), 0) << zerod.Log();
   EXPECT_THAT(zerod.Log(), HasSubstr("stopped"));
   waiting->Signal(SIGKILL);  // it would retry its join until a daemon comes back
@@ -423,9 +425,7 @@ TEST(Zerod, OneDaemonPerDataDirAndPerSocket) {
   ASSERT_EQ(chmod(shared.c_str(), 0755), 0);
   auto in_shared = start(other.path() + "/c.sock", shared);
   struct stat db {};
-  for (int i = 0; i < 400 && stat((shared + "/zerod.db").c_str(), &db) != 0; ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  Eventually([&] { return stat((shared + "/zerod.db").c_str(), &db) == 0; }, absl::Seconds(10));
   EXPECT_EQ(db.st_mode & 0777, 0600u);
   ASSERT_EQ(stat(shared.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0755u);
