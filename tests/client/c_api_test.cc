@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/process.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::testing {
 namespace {
@@ -36,10 +37,12 @@ class Daemon {
     dir_ = mkdtemp(dir);
     process_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{ZEROD_PATH, "--socket", dir_ + "/zerod.sock", "--listen", "",
-                                 "--data-dir", dir_ + "/data"},
+                                 "--data-dir", dir_ + "/data", "--lease-ttl",
+                                 ScaledFlag(absl::Seconds(10))},
         dir_ + "/zerod.log");
     struct stat st {};
-    for (int i = 0; i < 2000 && stat((dir_ + "/zerod.sock").c_str(), &st) != 0; ++i) {
+    const absl::Time deadline = absl::Now() + Scaled(absl::Seconds(10));
+    while (stat((dir_ + "/zerod.sock").c_str(), &st) != 0 && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(5));
     }
   }

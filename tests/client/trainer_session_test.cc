@@ -78,8 +78,8 @@ client::SessionOptions SessionOf(const ZerodHarness& zerod, const std::string& j
   o.plan_options.gather_unit_bytes = 64;  // several units at stage 3
   o.plan_options.reduce_bucket_bytes = 64;
   o.heartbeat_interval = absl::Milliseconds(50);
-  o.join_timeout = absl::Seconds(30);
-  o.collective_timeout = absl::Seconds(30);
+  o.join_timeout = Scaled(absl::Seconds(30));
+  o.collective_timeout = Scaled(absl::Seconds(30));
   return o;
 }
 
@@ -218,7 +218,7 @@ TEST_P(EveryStage, TheEngineItCreatesTrainsLikeTheUnshardedRunAndHeartbeatsItsSt
 INSTANTIATE_TEST_SUITE_P(TrainerSession, EveryStage, ::testing::Values(0, 1, 2, 3));
 
 TEST(TrainerSession, AStepThatFailsBecauseARankWasLostComesBackNamingIt) {
-  ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "0s"});
+  ZerodHarness zerod({"--lease-ttl", ScaledFlag(absl::Seconds(2)), "--restart-grace", "0s"});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   absl::Status survivor;
   std::thread lost_rank([&] {
@@ -249,7 +249,7 @@ TEST(TrainerSession, AStepThatFailsBecauseARankWasLostComesBackNamingIt) {
 // closes its connections, so the other's next collective fails at once and names it, instead of
 // waiting for its collective timeout and then blaming a rank that did nothing wrong.
 TEST(TrainerSession, AStepThatFailsBecauseARankLeftEarlyComesBackNamingIt) {
-  ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "0s"});
+  ZerodHarness zerod({"--lease-ttl", ScaledFlag(absl::Seconds(2)), "--restart-grace", "0s"});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   Notification left, done;
   std::thread leaver([&] {
@@ -281,14 +281,14 @@ TEST(TrainerSession, AStepThatFailsBecauseARankLeftEarlyComesBackNamingIt) {
   leaver.join();
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("job early: rank 1 has left the job")) << s;
-  // The collective timeout is 30 s; released at once (20 s: a loaded machine).
-  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  // The collective timeout is 30 s; released at once (20 s: a loaded machine; both scaled).
+  EXPECT_LT(absl::Now() - start, Scaled(absl::Seconds(20)));
 }
 
 // A daemon gone for good: the heartbeats retry for ZEROD_RETRY_FOR from the start of the outage,
 // then the session gives up, and the engine's next collective says why, naming the endpoint.
 TEST(TrainerSession, ACoordinatorGoneForGoodEndsTheSessionAfterItsRetryBudget) {
-  ZerodHarness zerod({"--lease-ttl", "2s", "--restart-grace", "0s"});
+  ZerodHarness zerod({"--lease-ttl", ScaledFlag(absl::Seconds(2)), "--restart-grace", "0s"});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   ::setenv("ZEROD_RETRY_FOR", "1s", 1);
   auto session = client::TrainerSession::Start(SessionOf(zerod, "orphan", 0, 1, 2));
@@ -307,7 +307,7 @@ TEST(TrainerSession, ACoordinatorGoneForGoodEndsTheSessionAfterItsRetryBudget) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(s.message(), HasSubstr("job orphan: rank 0 lost its coordinator"));
   EXPECT_THAT(s.message(), HasSubstr("zerod at " + zerod.endpoint() + " unavailable for 1s"));
-  // Leaving does not start a retry budget of its own.
+  // Leaving does not start a retry budget of its own (the SDK's default is a minute).
   const absl::Time start = absl::Now();
   EXPECT_EQ((*session)->Leave().code(), absl::StatusCode::kUnavailable);
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
