@@ -14,6 +14,8 @@
 namespace zerod::comm {
 namespace {
 
+using ::zerod::testing::Scaled;
+
 // What each of `world` ranks, created with the options `configure` sets for it, chose.
 std::vector<bool> ChosenOnRanks(int64_t world,
                                 const std::function<void(int64_t, GlooOptions&)>& configure) {
@@ -70,7 +72,7 @@ TEST(GlooBackgroundStart, OffAStartedCollectiveWaitsForItsCaller) {
         work->Start();
         absl::SleepFor(absl::Milliseconds(300));
         EXPECT_EQ(c.BytesSent().count("all_reduce"), 0u) << "run before anyone waited";
-        EXPECT_TRUE(work->Wait(absl::Seconds(30)).ok());
+        EXPECT_TRUE(work->Wait(Scaled(absl::Seconds(30))).ok());
         EXPECT_EQ(std::count(data.begin(), data.end(), 3.0f), 8);
       },
       absl::Seconds(60), -1, options);

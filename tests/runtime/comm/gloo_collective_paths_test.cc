@@ -23,6 +23,8 @@
 namespace zerod::comm {
 namespace {
 
+using ::zerod::testing::Scaled;
+
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
@@ -124,7 +126,8 @@ std::vector<std::vector<float>> AllReducedValues(
       [&](int64_t r, Communicator& c) {
         std::vector<float> data(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) data[i] = Value(r, i);
-        ASSERT_TRUE(c.AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        ASSERT_TRUE(
+            c.AllReduce(data.data(), n, DType::kFloat32)->Wait(Scaled(absl::Seconds(30))).ok());
         results[static_cast<size_t>(r)] = std::move(data);
         if (after) after(r, c);
       },
@@ -135,7 +138,7 @@ std::vector<std::vector<float>> AllReducedValues(
 TEST(GlooCollectivePaths, AllReduceGivesEveryRankTheSameSum) {
   for (const Path& p : kPaths) {
     for (int64_t world : {1, 2, 3, 4}) {
-      SCOPED_TRACE(testing::Message() << p.name << ", world " << world);
+      SCOPED_TRACE(::testing::Message() << p.name << ", world " << world);
       const int64_t n = p.elements(world);
       const std::vector<std::vector<float>> results = AllReducedValues(world, n, OptionsFor(p));
       for (int64_t r = 0; r < world; ++r) {
@@ -159,7 +162,7 @@ TEST(GlooCollectivePaths, AllReduceGivesEveryRankTheSameSum) {
 TEST(GlooCollectivePaths, AllReduceOnEveryPathEqualsTheUnshardedSumInEveryDtype) {
   for (const Path& p : kPaths) {
     for (int64_t world : {2, 3, 4}) {
-      SCOPED_TRACE(testing::Message() << p.name << ", world " << world);
+      SCOPED_TRACE(::testing::Message() << p.name << ", world " << world);
       const int64_t n = p.elements(world);
       std::vector<float> want(static_cast<size_t>(n), 0.0f);
       for (int64_t q = 0; q < world; ++q) {
@@ -175,10 +178,13 @@ TEST(GlooCollectivePaths, AllReduceOnEveryPathEqualsTheUnshardedSumInEveryDtype)
               bf16[i] = FloatToBf16(fp32[i]);
               fp16[i] = FloatToFp16(fp32[i]);
             }
-            ASSERT_TRUE(c.AllReduce(fp32.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
             ASSERT_TRUE(
-                c.AllReduce(bf16.data(), n, DType::kBFloat16)->Wait(absl::Seconds(30)).ok());
-            ASSERT_TRUE(c.AllReduce(fp16.data(), n, DType::kFloat16)->Wait(absl::Seconds(30)).ok());
+                c.AllReduce(fp32.data(), n, DType::kFloat32)->Wait(Scaled(absl::Seconds(30))).ok());
+            ASSERT_TRUE(c.AllReduce(bf16.data(), n, DType::kBFloat16)
+                            ->Wait(Scaled(absl::Seconds(30)))
+                            .ok());
+            ASSERT_TRUE(
+                c.AllReduce(fp16.data(), n, DType::kFloat16)->Wait(Scaled(absl::Seconds(30))).ok());
             for (int64_t i = 0; i < n; ++i) {
               ASSERT_EQ(fp32[i], want[i]) << "rank " << r << " element " << i;
               ASSERT_EQ(bf16[i], FloatToBf16(want[i])) << "rank " << r << " element " << i;
@@ -199,7 +205,8 @@ TEST(GlooCollectivePaths, ASplitAllReduceCountsTheChunksItSends) {
       3,
       [&](int64_t r, Communicator& c) {
         std::vector<float> data(29, 1.0f);
-        ASSERT_TRUE(c.AllReduce(data.data(), 29, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        ASSERT_TRUE(
+            c.AllReduce(data.data(), 29, DType::kFloat32)->Wait(Scaled(absl::Seconds(30))).ok());
         for (float x : data) ASSERT_EQ(x, 3.0f);
         // Every chunk but its own in the reduce-scatter, every one but its successor's in the
         // all-gather; received: every one but its predecessor's, then every one but its own.
@@ -242,7 +249,7 @@ TEST(GlooCollectivePaths, AnAllReduceInTwoExchangesSumsInRankOrderAndCountsItsCh
       // Copies: clang 14 cannot capture structured bindings in a lambda.
       const int64_t n = count;
       const Route route = path;
-      SCOPED_TRACE(testing::Message() << "world " << world << ", " << n << " floats");
+      SCOPED_TRACE(::testing::Message() << "world " << world << ", " << n << " floats");
       ASSERT_TRUE(GlooCommunicator::AllReduceRouteOf(n, DType::kFloat32, world, {}, false) ==
                   route);
       const internal::Chunks chunks = internal::Chunks::Split(world, n, 4);
@@ -281,7 +288,7 @@ TEST(GlooCollectivePaths, AnAllReduceInTwoExchangesSumsInRankOrderAndCountsItsCh
 TEST(GlooCollectivePaths, AllReducesThatDifferInTwoExchangesAreNamedNotAborted) {
   const int64_t one_most = static_cast<int64_t>(GlooCommunicator::kMaxOneExchangeExtraBytes) / 4;
   for (int64_t n : {one_most, 3 * kInlineFloats - 1}) {
-    SCOPED_TRACE(testing::Message() << n << " floats, rank 2 one more");
+    SCOPED_TRACE(::testing::Message() << n << " floats, rank 2 one more");
     std::vector<absl::Status> status(3);
     OnRanks(
         3,
@@ -289,7 +296,7 @@ TEST(GlooCollectivePaths, AllReducesThatDifferInTwoExchangesAreNamedNotAborted) 
           std::vector<float> data(static_cast<size_t>(n + 1), 1.0f);
           status[static_cast<size_t>(r)] =
               c.AllReduce(data.data(), r == 2 ? n + 1 : n, DType::kFloat32)
-                  ->Wait(absl::Seconds(20));
+                  ->Wait(Scaled(absl::Seconds(20)));
         },
         absl::Seconds(20));
     std::string all;
@@ -318,15 +325,16 @@ TEST(GlooCollectivePaths, RanksGivenDifferentAllReduceSplitsAreNamedNotAborted) 
 TEST(GlooCollectivePaths, ReduceScatterAllGatherAndBroadcastOnEveryPath) {
   for (const Path& p : kPaths) {
     for (int64_t world : {1, 2, 3, 4}) {
-      SCOPED_TRACE(testing::Message() << p.name << ", world " << world);
+      SCOPED_TRACE(::testing::Message() << p.name << ", world " << world);
       const int64_t chunk = p.elements(world);
       OnRanks(
           world,
           [&](int64_t r, Communicator& c) {
             std::vector<float> data(static_cast<size_t>(world * chunk));
             for (int64_t i = 0; i < world * chunk; ++i) data[i] = Value(r, i);
-            ASSERT_TRUE(
-                c.ReduceScatter(data.data(), chunk, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+            ASSERT_TRUE(c.ReduceScatter(data.data(), chunk, DType::kFloat32)
+                            ->Wait(Scaled(absl::Seconds(30)))
+                            .ok());
             for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
               double want = 0;
               for (int64_t q = 0; q < world; ++q) want += Value(q, i);
@@ -335,7 +343,7 @@ TEST(GlooCollectivePaths, ReduceScatterAllGatherAndBroadcastOnEveryPath) {
             std::vector<uint16_t> gathered(static_cast<size_t>(world * chunk), 0);
             for (int64_t i = 0; i < chunk; ++i) gathered[r * chunk + i] = FloatToBf16(Value(r, i));
             ASSERT_TRUE(c.AllGather(gathered.data(), chunk, DType::kBFloat16)
-                            ->Wait(absl::Seconds(30))
+                            ->Wait(Scaled(absl::Seconds(30)))
                             .ok());
             for (int64_t q = 0; q < world; ++q) {
               for (int64_t i = 0; i < chunk; ++i) {
@@ -346,10 +354,10 @@ TEST(GlooCollectivePaths, ReduceScatterAllGatherAndBroadcastOnEveryPath) {
             std::vector<float> sent(static_cast<size_t>(chunk));
             for (int64_t i = 0; i < chunk; ++i) sent[i] = Value(r, i);
             ASSERT_TRUE(c.Broadcast(sent.data(), chunk, DType::kFloat32, root)
-                            ->Wait(absl::Seconds(30))
+                            ->Wait(Scaled(absl::Seconds(30)))
                             .ok());
             for (int64_t i = 0; i < chunk; ++i) ASSERT_EQ(sent[i], Value(root, i));
-            ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
+            ASSERT_TRUE(c.Barrier()->Wait(Scaled(absl::Seconds(30))).ok());
             EXPECT_EQ(c.BytesSent()["reduce_scatter"], (world - 1) * chunk * 4);
             EXPECT_EQ(c.BytesSent()["all_gather"], (world - 1) * chunk * 2);
             EXPECT_EQ(c.BytesReceived()["broadcast"], r == root ? 0 : chunk * 4);
@@ -362,7 +370,8 @@ TEST(GlooCollectivePaths, ReduceScatterAllGatherAndBroadcastOnEveryPath) {
 TEST(GlooCollectivePaths, AnInlineAllReduceCountsWhatItSends) {
   OnRanks(3, [&](int64_t, Communicator& c) {
     std::vector<float> data(100, 1.0f);
-    ASSERT_TRUE(c.AllReduce(data.data(), 100, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+    ASSERT_TRUE(
+        c.AllReduce(data.data(), 100, DType::kFloat32)->Wait(Scaled(absl::Seconds(30))).ok());
     EXPECT_EQ(c.BytesSent()["all_reduce"], 2 * 100 * 4) << "its whole buffer to both peers";
     EXPECT_EQ(c.BytesReceived()["all_reduce"], 2 * 100 * 4);
   });
@@ -465,8 +474,8 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
   for (const GroupCase& g : kGroups) {
     for (int64_t world = 1; world <= g.max_world; ++world) {
       for (bool shared_memory : {false, true}) {
-        SCOPED_TRACE(testing::Message() << g.name << ", world " << world
-                                        << (shared_memory ? ", shared memory" : ", TCP only"));
+        SCOPED_TRACE(::testing::Message() << g.name << ", world " << world
+                                          << (shared_memory ? ", shared memory" : ", TCP only"));
         const Counts counts = g.chunk_counts(InlineFloats(world));
         int64_t per_peer = 0;
         for (int64_t c : counts) per_peer += c;
@@ -494,10 +503,11 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
                 fp32_group.push_back({fp32[b].data(), counts[b]});
                 bf16_group.push_back({bf16[b].data(), counts[b]});
               }
-              ASSERT_TRUE(
-                  c.ReduceScatterGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(120)).ok());
+              ASSERT_TRUE(c.ReduceScatterGroup(fp32_group, DType::kFloat32)
+                              ->Wait(Scaled(absl::Seconds(120)))
+                              .ok());
               ASSERT_TRUE(c.ReduceScatterGroup(bf16_group, DType::kBFloat16)
-                              ->Wait(absl::Seconds(120))
+                              ->Wait(Scaled(absl::Seconds(120)))
                               .ok());
               for (size_t b = 0; b < counts.size(); ++b) {
                 const int64_t chunk = counts[b];
@@ -519,8 +529,9 @@ TEST(GlooCollectivePaths, GroupedReduceScattersAndAllGathersEqualTheUnshardedSum
                   fp32[b][i] = own ? Value(r, i + 1000 * static_cast<int64_t>(b)) : -1e30f;
                 }
               }
-              ASSERT_TRUE(
-                  c.AllGatherGroup(fp32_group, DType::kFloat32)->Wait(absl::Seconds(120)).ok());
+              ASSERT_TRUE(c.AllGatherGroup(fp32_group, DType::kFloat32)
+                              ->Wait(Scaled(absl::Seconds(120)))
+                              .ok());
               for (size_t b = 0; b < counts.size(); ++b) {
                 const int64_t chunk = counts[b];
                 for (int64_t i = 0; i < world * chunk; ++i) {
@@ -549,7 +560,7 @@ TEST(GlooCollectivePaths, ASplitAllReduceInPiecesEqualsTheUnshardedSum) {
   split.split_all_reduce_max_bytes = kSplitAllReduce;
   split.shared_memory = false;
   for (int64_t world : {2, 3, 4}) {
-    SCOPED_TRACE(testing::Message() << "world " << world);
+    SCOPED_TRACE(::testing::Message() << "world " << world);
     // At 3 ranks chunks of 2^21 + 3 elements, the last 2^21 + 1.
     const int64_t n = 3 * 2 * kPiecesFloats + 7;
     OnRanks(
@@ -561,8 +572,10 @@ TEST(GlooCollectivePaths, ASplitAllReduceInPiecesEqualsTheUnshardedSum) {
             data[i] = WholeValue(r, i);
             bf16[i] = FloatToBf16(data[i]);
           }
-          ASSERT_TRUE(c.AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(60)).ok());
-          ASSERT_TRUE(c.AllReduce(bf16.data(), n, DType::kBFloat16)->Wait(absl::Seconds(60)).ok());
+          ASSERT_TRUE(
+              c.AllReduce(data.data(), n, DType::kFloat32)->Wait(Scaled(absl::Seconds(60))).ok());
+          ASSERT_TRUE(
+              c.AllReduce(bf16.data(), n, DType::kBFloat16)->Wait(Scaled(absl::Seconds(60))).ok());
           for (int64_t i = 0; i < n; ++i) {
             float want = 0;
             for (int64_t q = 0; q < world; ++q) want += WholeValue(q, i);
@@ -580,7 +593,7 @@ TEST(GlooCollectivePaths, ASplitAllReduceInPiecesEqualsTheUnshardedSum) {
 TEST(GlooCollectivePaths, AGroupOfOneIsTheSingleCollective) {
   for (int64_t chunk : {int64_t{10}, InlineFloats(3) + 1}) {
     for (int64_t all_to_all_max_world : {16, 1}) {
-      SCOPED_TRACE(testing::Message()
+      SCOPED_TRACE(::testing::Message()
                    << "chunk " << chunk << ", all-to-all up to " << all_to_all_max_world);
       GlooOptions options;
       options.lead_all_to_all_max_world = all_to_all_max_world;
@@ -590,14 +603,15 @@ TEST(GlooCollectivePaths, AGroupOfOneIsTheSingleCollective) {
             std::vector<float> data(static_cast<size_t>(3 * chunk), static_cast<float>(r + 1));
             auto first = r == 0 ? c.ReduceScatterGroup({{data.data(), chunk}}, DType::kFloat32)
                                 : c.ReduceScatter(data.data(), chunk, DType::kFloat32);
-            ASSERT_TRUE(first->Wait(absl::Seconds(30)).ok());
+            ASSERT_TRUE(first->Wait(Scaled(absl::Seconds(30))).ok());
             for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) ASSERT_EQ(data[i], 6.0f);
             auto second = r == 1 ? c.AllGatherGroup({{data.data(), chunk}}, DType::kFloat32)
                                  : c.AllGather(data.data(), chunk, DType::kFloat32);
-            ASSERT_TRUE(second->Wait(absl::Seconds(30)).ok());
+            ASSERT_TRUE(second->Wait(Scaled(absl::Seconds(30))).ok());
             for (float x : data) ASSERT_EQ(x, 6.0f);
-            ASSERT_TRUE(c.AllGatherGroup({}, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
-            ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
+            ASSERT_TRUE(
+                c.AllGatherGroup({}, DType::kFloat32)->Wait(Scaled(absl::Seconds(30))).ok());
+            ASSERT_TRUE(c.Barrier()->Wait(Scaled(absl::Seconds(30))).ok());
           },
           absl::Seconds(30), -1, options);
     }
@@ -608,13 +622,14 @@ TEST(GlooCollectivePaths, AGroupOfOneIsTheSingleCollective) {
 // would sum one buffer's chunk into another's: named on both ranks, inline and on the ring.
 TEST(GlooCollectivePaths, GroupsCutDifferentlyAreAMismatchNamedOnBothRanks) {
   for (int64_t unit : {int64_t{8}, InlineFloats(2)}) {
-    SCOPED_TRACE(testing::Message() << "unit " << unit);
+    SCOPED_TRACE(::testing::Message() << "unit " << unit);
     OnRanks(2, [&](int64_t r, Communicator& c) {
       std::vector<float> a(static_cast<size_t>(6 * unit), 1.0f), b(a.size(), 1.0f);
       const std::vector<ChunkedBuffer> group =
           r == 0 ? std::vector<ChunkedBuffer>{{a.data(), 2 * unit}, {b.data(), unit}}
                  : std::vector<ChunkedBuffer>{{a.data(), unit}, {b.data(), 2 * unit}};
-      const absl::Status s = c.ReduceScatterGroup(group, DType::kFloat32)->Wait(absl::Seconds(20));
+      const absl::Status s =
+          c.ReduceScatterGroup(group, DType::kFloat32)->Wait(Scaled(absl::Seconds(20)));
       EXPECT_THAT(
           std::string(s.message()),
           HasSubstr(absl::StrCat("rank ", 1 - r, " called #1 reduce_scatter(fp32 x ", 3 * unit,
@@ -628,7 +643,7 @@ TEST(GlooCollectivePaths, GroupsCutDifferentlyAreAMismatchNamedOnBothRanks) {
     const absl::Status s =
         (r == 0 ? c.AllGatherGroup({{a.data(), 8}, {b.data(), 8}}, DType::kFloat32)
                 : c.AllGather(a.data(), 16, DType::kFloat32))
-            ->Wait(absl::Seconds(20));
+            ->Wait(Scaled(absl::Seconds(20)));
     EXPECT_THAT(std::string(s.message()),
                 HasSubstr(r == 0 ? "rank 1 called #1 all_gather(fp32 x 16)"
                                  : "rank 0 called #1 all_gather(fp32 x 16 in 2 buffers)"))
@@ -644,8 +659,8 @@ TEST(GlooCollectivePaths, AMismatchBetweenALargeAndASmallCollectiveIsNamedOnBoth
     const int64_t large = InlineFloats(2) + 1;
     std::vector<float> data(static_cast<size_t>(2 * large), 1.0f);
     const absl::Status s =
-        r == 0 ? c.AllGather(data.data(), large, DType::kFloat32)->Wait(absl::Seconds(20))
-               : c.ReduceScatter(data.data(), 16, DType::kFloat32)->Wait(absl::Seconds(20));
+        r == 0 ? c.AllGather(data.data(), large, DType::kFloat32)->Wait(Scaled(absl::Seconds(20)))
+               : c.ReduceScatter(data.data(), 16, DType::kFloat32)->Wait(Scaled(absl::Seconds(20)));
     EXPECT_THAT(std::string(s.message()), HasSubstr("collective mismatch"));
     EXPECT_THAT(
         std::string(s.message()),
@@ -657,7 +672,8 @@ TEST(GlooCollectivePaths, AMismatchBetweenALargeAndASmallCollectiveIsNamedOnBoth
 TEST(GlooCollectivePaths, BroadcastsFromDifferentRootsAreAMismatch) {
   OnRanks(2, [&](int64_t r, Communicator& c) {
     std::vector<float> data(8, 1.0f);
-    const absl::Status s = c.Broadcast(data.data(), 8, DType::kFloat32, r)->Wait(absl::Seconds(20));
+    const absl::Status s =
+        c.Broadcast(data.data(), 8, DType::kFloat32, r)->Wait(Scaled(absl::Seconds(20)));
     EXPECT_THAT(std::string(s.message()),
                 HasSubstr(absl::StrCat("rank ", 1 - r, " called #1 broadcast(fp32 x 8) from rank ",
                                        1 - r)));
@@ -676,7 +692,7 @@ TEST(GlooCollectivePaths, WithNeighbourLeadsAMismatchFailsEveryRank) {
         std::vector<float> data(64, 1.0f);
         status[static_cast<size_t>(r)] = (r == 2 ? c.AllReduce(data.data(), 10, DType::kFloat32)
                                                  : c.AllReduce(data.data(), 12, DType::kFloat32))
-                                             ->Wait(absl::Seconds(20));
+                                             ->Wait(Scaled(absl::Seconds(20)));
       },
       absl::Seconds(20), -1, neighbours);
   for (int64_t r = 0; r < 4; ++r) EXPECT_FALSE(status[r].ok()) << "rank " << r;
@@ -696,16 +712,16 @@ TEST(GlooCollectivePaths, ABroadcastReceiverWaitsForTheRootAndItsPredecessorOnly
     std::vector<float> data(16, static_cast<float>(r));
     // Ranks 1 and 2 give up first, if they must: then rank 3 starts and the others end.
     if (r == 3) {
-      rank1_done.WaitForNotificationWithTimeout(absl::Seconds(40));
-      rank2_done.WaitForNotificationWithTimeout(absl::Seconds(40));
+      rank1_done.WaitForNotificationWithTimeout(Scaled(absl::Seconds(40)));
+      rank2_done.WaitForNotificationWithTimeout(Scaled(absl::Seconds(40)));
     }
     const absl::Status s =
-        c.Broadcast(data.data(), 16, DType::kFloat32, 0)->Wait(absl::Seconds(20));
+        c.Broadcast(data.data(), 16, DType::kFloat32, 0)->Wait(Scaled(absl::Seconds(20)));
     if (r == 1) rank1_done.Notify();
     if (r == 2) rank2_done.Notify();
     ASSERT_TRUE(s.ok()) << "rank " << r << ": " << s;
     for (float x : data) ASSERT_EQ(x, 0.0f);
-    ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
+    ASSERT_TRUE(c.Barrier()->Wait(Scaled(absl::Seconds(30))).ok());
   });
 }
 
@@ -716,9 +732,9 @@ TEST(GlooCollectivePaths, AMismatchBetweenTwoBroadcastReceiversFailsEveryRank) {
   std::vector<absl::Status> status(3);
   OnRanks(3, [&](int64_t r, Communicator& c) {
     std::vector<float> data(16, 1.0f);
-    absl::Status s =
-        c.Broadcast(data.data(), r == 2 ? 12 : 16, DType::kFloat32, 0)->Wait(absl::Seconds(20));
-    if (s.ok()) s = c.Barrier()->Wait(absl::Seconds(20));
+    absl::Status s = c.Broadcast(data.data(), r == 2 ? 12 : 16, DType::kFloat32, 0)
+                         ->Wait(Scaled(absl::Seconds(20)));
+    if (s.ok()) s = c.Barrier()->Wait(Scaled(absl::Seconds(20)));
     status[static_cast<size_t>(r)] = s;
   });
   for (int64_t r = 0; r < 3; ++r) EXPECT_FALSE(status[r].ok()) << "rank " << r;
@@ -736,8 +752,9 @@ TEST(GlooCollectivePaths, BroadcastReceiversThatDisagreeOnTheRootAreNamed) {
   OnRanks(3, [&](int64_t r, Communicator& c) {
     std::vector<float> data(16, 1.0f);
     const int64_t root = r == 0 ? 0 : r == 1 ? 2 : 0;  // rank 1 waits for rank 2, which waits for 0
-    absl::Status s = c.Broadcast(data.data(), 16, DType::kFloat32, root)->Wait(absl::Seconds(20));
-    if (s.ok()) s = c.Barrier()->Wait(absl::Seconds(20));
+    absl::Status s =
+        c.Broadcast(data.data(), 16, DType::kFloat32, root)->Wait(Scaled(absl::Seconds(20)));
+    if (s.ok()) s = c.Barrier()->Wait(Scaled(absl::Seconds(20)));
     status[static_cast<size_t>(r)] = s;
   });
   for (int64_t r = 0; r < 3; ++r) EXPECT_FALSE(status[r].ok()) << "rank " << r;
@@ -757,7 +774,7 @@ TEST(GlooCollectivePaths, BroadcastsWhereNoRankIsTheRootAreNamed) {
   OnRanks(3, [&](int64_t r, Communicator& c) {
     std::vector<float> data(16, 1.0f);
     status[static_cast<size_t>(r)] =
-        c.Broadcast(data.data(), 16, DType::kFloat32, (r + 1) % 3)->Wait(absl::Seconds(20));
+        c.Broadcast(data.data(), 16, DType::kFloat32, (r + 1) % 3)->Wait(Scaled(absl::Seconds(20)));
   });
   for (int64_t r = 0; r < 3; ++r) {
     EXPECT_THAT(std::string(status[r].message()),
@@ -779,7 +796,7 @@ TEST(GlooCollectivePaths, ALargeBroadcastReceiverExpectingLessIsNamedNotAborted)
     std::vector<float> data(static_cast<size_t>(large), 1.0f);
     status[static_cast<size_t>(r)] =
         c.Broadcast(data.data(), r == 2 ? large - 1 : large, DType::kFloat32, 0)
-            ->Wait(absl::Seconds(20));
+            ->Wait(Scaled(absl::Seconds(20)));
   });
   EXPECT_THAT(std::string(status[2].message()), HasSubstr("collective mismatch"));
   EXPECT_THAT(std::string(status[3].message()),
@@ -791,14 +808,14 @@ TEST(GlooCollectivePaths, ALargeBroadcastReceiverExpectingLessIsNamedNotAborted)
 // sends to every other rank inline or through the tree; along the chain each rank sends once, but
 // the root's predecessor).
 void ExpectBroadcastsFromEveryRoot(int64_t world, int64_t count, int rounds) {
-  SCOPED_TRACE(testing::Message() << "world " << world << ", " << count << " floats");
+  SCOPED_TRACE(::testing::Message() << "world " << world << ", " << count << " floats");
   OnRanks(world, [&](int64_t r, Communicator& c) {
     std::vector<float> data(static_cast<size_t>(count));
     for (int round = 0; round < rounds; ++round) {
       for (int64_t root = 0; root < world; ++root) {
         for (int64_t i = 0; i < count; ++i) data[i] = Value(r, i);
         const absl::Status s =
-            c.Broadcast(data.data(), count, DType::kFloat32, root)->Wait(absl::Seconds(30));
+            c.Broadcast(data.data(), count, DType::kFloat32, root)->Wait(Scaled(absl::Seconds(30)));
         ASSERT_TRUE(s.ok()) << s;
         for (int64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], Value(root, i)) << i;
       }
@@ -837,7 +854,7 @@ TEST(GlooCollectivePaths, ALargeBroadcastWithAnotherCountOnAnyRankIsNamedNotAbor
   const int64_t count = 2 * piece_floats + 100;
   for (int64_t other : {count - 7, count + 7, count + piece_floats, count - piece_floats}) {
     for (int64_t odd : {0, 1, 3}) {
-      SCOPED_TRACE(testing::Message() << "rank " << odd << " has " << other << " floats");
+      SCOPED_TRACE(::testing::Message() << "rank " << odd << " has " << other << " floats");
       std::vector<absl::Status> status(4);
       OnRanks(
           4,
@@ -845,7 +862,7 @@ TEST(GlooCollectivePaths, ALargeBroadcastWithAnotherCountOnAnyRankIsNamedNotAbor
             std::vector<float> data(static_cast<size_t>(count + piece_floats), 1.0f);
             status[static_cast<size_t>(r)] =
                 c.Broadcast(data.data(), r == odd ? other : count, DType::kFloat32, 0)
-                    ->Wait(absl::Seconds(20));
+                    ->Wait(Scaled(absl::Seconds(20)));
           },
           absl::Seconds(20));
       bool named = false;
@@ -887,7 +904,7 @@ TEST(GlooCollectivePaths, AtTwoRanksAnInlineBroadcastMismatchIsNamedNotAborted) 
   for (const Case& k :
        {Case{count - 7, 0}, Case{count + 7, 0}, Case{kLimitFloats + 1, 0}, Case{count, 1},
         Case{2 * kLimitFloats, 1}, Case{kChainFloats, 0}, Case{kChainFloats, 1}}) {
-    SCOPED_TRACE(testing::Message() << "rank 1: " << k.other_count << " from " << k.other_root);
+    SCOPED_TRACE(::testing::Message() << "rank 1: " << k.other_count << " from " << k.other_root);
     std::vector<absl::Status> status(2);
     OnRanks(
         2,
@@ -895,7 +912,7 @@ TEST(GlooCollectivePaths, AtTwoRanksAnInlineBroadcastMismatchIsNamedNotAborted) 
           std::vector<float> data(static_cast<size_t>(kChainFloats), 1.0f);
           status[static_cast<size_t>(r)] = c.Broadcast(data.data(), r == 1 ? k.other_count : count,
                                                        DType::kFloat32, r == 1 ? k.other_root : 0)
-                                               ->Wait(absl::Seconds(20));
+                                               ->Wait(Scaled(absl::Seconds(20)));
         },
         absl::Seconds(20));
     EXPECT_FALSE(status[0].ok());
@@ -924,8 +941,8 @@ void ExpectTwoRootsOfTwoSizesNamed(int64_t world, const std::vector<int64_t>& od
         const bool odd = std::count(odd_ranks.begin(), odd_ranks.end(), r) > 0;
         absl::Status s =
             c.Broadcast(data.data(), odd ? large : small, DType::kFloat32, odd ? odd_root : 0)
-                ->Wait(absl::Seconds(20));
-        if (s.ok() && one_goes_inline) s = c.Barrier()->Wait(absl::Seconds(20));
+                ->Wait(Scaled(absl::Seconds(20)));
+        if (s.ok() && one_goes_inline) s = c.Barrier()->Wait(Scaled(absl::Seconds(20)));
         status[static_cast<size_t>(r)] = s;
       },
       absl::Seconds(20));
@@ -965,7 +982,7 @@ TEST(GlooCollectivePaths, ChainBroadcastsFromTwoRootsOfTwoSizesAreNamedNotAborte
 // 8 MiB).
 TEST(GlooCollectivePaths, InlineAndLargerBroadcastsFromTwoRootsAreNamedNotAborted) {
   for (int64_t world : {2, 3, 4}) {
-    SCOPED_TRACE(testing::Message() << "world " << world);
+    SCOPED_TRACE(::testing::Message() << "world " << world);
     const int64_t inline_floats = OverInlineFloats(world) - 1;
     ExpectTwoRootsOfTwoSizesNamed(world, {world - 1}, world - 1, inline_floats, 2 * inline_floats,
                                   true);
@@ -981,7 +998,7 @@ TEST(GlooCollectivePaths, ABroadcastFromARankOutsideTheWorldFailsNamingIt) {
     OnRanks(2, [&](int64_t, Communicator& c) {
       std::vector<float> data(static_cast<size_t>(count), 1.0f);
       const absl::Status s =
-          c.Broadcast(data.data(), count, DType::kFloat32, 2)->Wait(absl::Seconds(20));
+          c.Broadcast(data.data(), count, DType::kFloat32, 2)->Wait(Scaled(absl::Seconds(20)));
       EXPECT_THAT(std::string(s.message()), HasSubstr("no rank 2 to broadcast from (2 ranks)"));
     });
   }
@@ -994,14 +1011,14 @@ TEST(GlooCollectivePaths, ManySmallCollectivesInARowStayInStep) {
     for (int64_t k = 0; k < 1000; ++k) {
       float x[3] = {static_cast<float>(r + k), 1.0f, 2.0f};
       if (k % 3 == 0) {
-        ASSERT_TRUE(c.AllReduce(x, 1, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        ASSERT_TRUE(c.AllReduce(x, 1, DType::kFloat32)->Wait(Scaled(absl::Seconds(30))).ok());
         ASSERT_EQ(x[0], static_cast<float>(3 * k + 3));
       } else if (k % 3 == 1) {
         x[r] = static_cast<float>(k * 10 + r);
-        ASSERT_TRUE(c.AllGather(x, 1, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        ASSERT_TRUE(c.AllGather(x, 1, DType::kFloat32)->Wait(Scaled(absl::Seconds(30))).ok());
         for (int q = 0; q < 3; ++q) ASSERT_EQ(x[q], static_cast<float>(k * 10 + q));
       } else {
-        ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
+        ASSERT_TRUE(c.Barrier()->Wait(Scaled(absl::Seconds(30))).ok());
       }
     }
   });
@@ -1012,25 +1029,26 @@ TEST(GlooCollectivePaths, BroadcastsFromEveryRootInARowStayInStep) {
   // wait across collectives for the next lead it sends: runs of broadcasts, small and large,
   // from changing roots, between the other kinds.
   for (int64_t world : {3, 4}) {
-    SCOPED_TRACE(testing::Message() << "world " << world);
+    SCOPED_TRACE(::testing::Message() << "world " << world);
     OnRanks(world, [&](int64_t r, Communicator& c) {
       std::vector<float> large(static_cast<size_t>(kInlineFloats + 3));
       for (int64_t k = 0; k < 300; ++k) {
         const int64_t root = (k / 2) % world;
         if (k % 7 == 6) {
           float x = static_cast<float>(r);
-          ASSERT_TRUE(c.AllReduce(&x, 1, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+          ASSERT_TRUE(c.AllReduce(&x, 1, DType::kFloat32)->Wait(Scaled(absl::Seconds(30))).ok());
           ASSERT_EQ(x, static_cast<float>(world * (world - 1) / 2));
         } else if (k % 5 == 4) {
           std::fill(large.begin(), large.end(), static_cast<float>(r * 1000 + k));
           ASSERT_TRUE(
               c.Broadcast(large.data(), static_cast<int64_t>(large.size()), DType::kFloat32, root)
-                  ->Wait(absl::Seconds(30))
+                  ->Wait(Scaled(absl::Seconds(30)))
                   .ok());
           for (float x : large) ASSERT_EQ(x, static_cast<float>(root * 1000 + k));
         } else {
           float x[2] = {static_cast<float>(r), static_cast<float>(k)};
-          ASSERT_TRUE(c.Broadcast(x, 2, DType::kFloat32, root)->Wait(absl::Seconds(30)).ok());
+          ASSERT_TRUE(
+              c.Broadcast(x, 2, DType::kFloat32, root)->Wait(Scaled(absl::Seconds(30))).ok());
           ASSERT_EQ(x[0], static_cast<float>(root));
           ASSERT_EQ(x[1], static_cast<float>(k));
         }
@@ -1059,11 +1077,13 @@ TEST(GlooCollectivePaths, ACallerRunningASmallCollectiveGetsMismatchesAndAborts)
         c.AllReduce(data.data(), r == 0 ? 8 : 4, DType::kFloat32)->Wait(absl::InfiniteDuration());
     EXPECT_THAT(std::string(s.message()), HasSubstr("collective mismatch"));
   });
-  Notification started;
+  // Rank 1 aborts only after rank 0 did: had its connections closed first, rank 0's collective
+  // could fail of that instead (a thread woken late on a loaded machine).
+  Notification started, aborted;
   OnRanks(2, [&](int64_t r, Communicator& c) {
     if (r == 1) {
       started.WaitForNotification();  // silent: rank 0's all-reduce cannot complete
-      absl::SleepFor(absl::Milliseconds(200));
+      aborted.WaitForNotification();
       c.Abort(absl::AbortedError("the peer's test is over"));
       return;
     }
@@ -1071,8 +1091,9 @@ TEST(GlooCollectivePaths, ACallerRunningASmallCollectiveGetsMismatchesAndAborts)
     auto work = c.AllReduce(data.data(), 8, DType::kFloat32);
     std::thread aborter([&] {
       started.Notify();
-      absl::SleepFor(absl::Milliseconds(100));
+      absl::SleepFor(Scaled(absl::Milliseconds(100)));  // the caller is running it by then
       c.Abort(absl::CancelledError("rank 1 was lost (test)"));
+      aborted.Notify();
     });
     const absl::Status s = work->Wait(absl::InfiniteDuration());  // runs it here
     aborter.join();
@@ -1090,21 +1111,22 @@ TEST(GlooCollectivePaths, ACallerRunningALargeCollectiveGetsMismatchesAndAborts)
                                ->Wait(absl::InfiniteDuration());
     EXPECT_THAT(std::string(s.message()), HasSubstr("collective mismatch"));
   });
-  Notification started;
+  Notification started, aborted;  // rank 1 aborts after rank 0 (see above)
   OnRanks(2, [&](int64_t r, Communicator& c) {
     std::vector<float> data(static_cast<size_t>(n), 1.0f);
     if (r == 1) {
       // Silent: rank 0's reduce-scatter cannot complete.
       started.WaitForNotification();
-      absl::SleepFor(absl::Milliseconds(200));
+      aborted.WaitForNotification();
       c.Abort(absl::AbortedError("the peer's test is over"));
       return;
     }
     auto work = c.ReduceScatter(data.data(), n / 2, DType::kFloat32);
     std::thread aborter([&] {
       started.Notify();
-      absl::SleepFor(absl::Milliseconds(100));
+      absl::SleepFor(Scaled(absl::Milliseconds(100)));  // the caller is running it by then
       c.Abort(absl::CancelledError("rank 1 was lost (test)"));
+      aborted.Notify();
     });
     const absl::Status s = work->Wait(absl::InfiniteDuration());  // runs it here
     aborter.join();
@@ -1119,7 +1141,7 @@ TEST(GlooCollectivePaths, ACallerRunningALargeCollectiveGetsMismatchesAndAborts)
 // collective, and those issued with it, at once.
 TEST(GlooCollectivePaths, ACollectiveNobodyWaitsForYetStillRuns) {
   for (const int64_t n : {int64_t{8}, kTwoRankRingAllReduceFloats}) {
-    SCOPED_TRACE(testing::Message() << n << " floats");
+    SCOPED_TRACE(::testing::Message() << n << " floats");
     Notification done;
     OnRanks(
         2,
@@ -1130,11 +1152,12 @@ TEST(GlooCollectivePaths, ACollectiveNobodyWaitsForYetStillRuns) {
           if (r == 0) {
             done.WaitForNotification();
           } else {
-            EXPECT_TRUE(second->Wait(absl::Seconds(5)).ok());  // shorter than the communicator's
+            EXPECT_TRUE(
+                second->Wait(Scaled(absl::Seconds(5))).ok());  // shorter than the communicator's
             done.Notify();
           }
-          EXPECT_TRUE(first->Wait(absl::Seconds(30)).ok());
-          EXPECT_TRUE(second->Wait(absl::Seconds(30)).ok());
+          EXPECT_TRUE(first->Wait(Scaled(absl::Seconds(30))).ok());
+          EXPECT_TRUE(second->Wait(Scaled(absl::Seconds(30))).ok());
           EXPECT_EQ(std::count(a.begin(), a.end(), 2.0f), n);
           EXPECT_EQ(std::count(b.begin(), b.end(), 4.0f), n);
         },
@@ -1150,19 +1173,19 @@ TEST(GlooCollectivePaths, AStartedCollectiveRunsBeforeAnyoneWaits) {
   options.unclaimed_grace = absl::Hours(1);
   options.background_start = true;
   for (const int64_t n : {int64_t{8}, kTwoRankRingAllReduceFloats}) {
-    SCOPED_TRACE(testing::Message() << n << " floats");
+    SCOPED_TRACE(::testing::Message() << n << " floats");
     OnRanks(
         2,
         [&](int64_t r, Communicator& c) {
           std::vector<float> data(static_cast<size_t>(n), 1.0f + static_cast<float>(r));
           auto work = c.AllReduce(data.data(), n, DType::kFloat32);
           work->Start();
-          const absl::Time deadline = absl::Now() + absl::Seconds(20);
+          const absl::Time deadline = absl::Now() + Scaled(absl::Seconds(20));
           while (c.BytesSent().count("all_reduce") == 0 && absl::Now() < deadline) {
             absl::SleepFor(absl::Milliseconds(1));
           }
           EXPECT_EQ(c.BytesSent().count("all_reduce"), 1u) << "not run within 20 s of Start";
-          EXPECT_TRUE(work->Wait(absl::Seconds(30)).ok());
+          EXPECT_TRUE(work->Wait(Scaled(absl::Seconds(30))).ok());
           EXPECT_EQ(std::count(data.begin(), data.end(), 3.0f), n);
         },
         absl::Seconds(60), -1, options);
@@ -1177,12 +1200,12 @@ TEST(GlooCollectivePaths, AWaiterForACollectiveTheCollectiveThreadRunsDoesNotBlo
       2,
       [&](int64_t r, Communicator& c) {
         std::vector<float> data(static_cast<size_t>(n), 1.0f);
-        if (r == 1) absl::SleepFor(absl::Seconds(1));
+        if (r == 1) absl::SleepFor(Scaled(absl::Seconds(1)));
         auto work = c.AllReduce(data.data(), n, DType::kFloat32);
-        // Rank 0's collective thread takes it (no caller within the 5 ms grace; 300 ms leave a
-        // loaded machine room) and waits in it for rank 1.
-        if (r == 0) absl::SleepFor(absl::Milliseconds(300));
-        EXPECT_TRUE(work->Wait(absl::Seconds(30)).ok());
+        // Rank 0's collective thread takes it (no caller within the 5 ms grace; 300 ms, scaled,
+        // leave a loaded machine room) and waits in it for rank 1.
+        if (r == 0) absl::SleepFor(Scaled(absl::Milliseconds(300)));
+        EXPECT_TRUE(work->Wait(Scaled(absl::Seconds(30))).ok());
         EXPECT_EQ(std::count(data.begin(), data.end(), 2.0f), n);
       },
       absl::Seconds(30));

@@ -22,6 +22,8 @@
 namespace zerod::comm {
 namespace {
 
+using ::zerod::testing::Scaled;
+
 using ::testing::HasSubstr;
 
 float Value(int64_t rank, int64_t i) { return static_cast<float>((rank + 1) * 0.5 + i * 0.25); }
@@ -37,9 +39,9 @@ TEST(GlooCommunicator, AllReduceSumsInEveryDtype) {
         b[i] = FloatToBf16(Value(r, i % 8));
         h[i] = FloatToFp16(Value(r, i % 8));
       }
-      ASSERT_TRUE(c.AllReduce(f.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
-      ASSERT_TRUE(c.AllReduce(b.data(), n, DType::kBFloat16)->Wait(absl::Seconds(30)).ok());
-      ASSERT_TRUE(c.AllReduce(h.data(), n, DType::kFloat16)->Wait(absl::Seconds(30)).ok());
+      ASSERT_TRUE(c.AllReduce(f.data(), n, DType::kFloat32)->Wait(Scaled(absl::Seconds(30))).ok());
+      ASSERT_TRUE(c.AllReduce(b.data(), n, DType::kBFloat16)->Wait(Scaled(absl::Seconds(30))).ok());
+      ASSERT_TRUE(c.AllReduce(h.data(), n, DType::kFloat16)->Wait(Scaled(absl::Seconds(30))).ok());
       for (int64_t i = 0; i < n; ++i) {
         double want = 0, want_small = 0;
         for (int64_t q = 0; q < world; ++q) {
@@ -60,8 +62,9 @@ TEST(GlooCommunicator, ReduceScatterAndAllGatherRings) {
       const int64_t chunk = 37;  // odd on purpose
       std::vector<float> data(static_cast<size_t>(world * chunk));
       for (int64_t i = 0; i < world * chunk; ++i) data[i] = Value(r, i);
-      ASSERT_TRUE(
-          c.ReduceScatter(data.data(), chunk, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+      ASSERT_TRUE(c.ReduceScatter(data.data(), chunk, DType::kFloat32)
+                      ->Wait(Scaled(absl::Seconds(30)))
+                      .ok());
       for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
         double want = 0;
         for (int64_t q = 0; q < world; ++q) want += Value(q, i);
@@ -70,8 +73,9 @@ TEST(GlooCommunicator, ReduceScatterAndAllGatherRings) {
       // All-gather each rank's chunk (marked with its rank) into everyone's buffer.
       std::vector<uint16_t> gathered(static_cast<size_t>(world * chunk), 0);
       for (int64_t i = 0; i < chunk; ++i) gathered[r * chunk + i] = FloatToBf16(Value(r, i));
-      ASSERT_TRUE(
-          c.AllGather(gathered.data(), chunk, DType::kBFloat16)->Wait(absl::Seconds(30)).ok());
+      ASSERT_TRUE(c.AllGather(gathered.data(), chunk, DType::kBFloat16)
+                      ->Wait(Scaled(absl::Seconds(30)))
+                      .ok());
       for (int64_t q = 0; q < world; ++q) {
         for (int64_t i = 0; i < chunk; ++i) {
           ASSERT_EQ(gathered[q * chunk + i], FloatToBf16(Value(q, i)));
@@ -88,9 +92,10 @@ TEST(GlooCommunicator, ReduceScatterAndAllGatherRings) {
 TEST(GlooCommunicator, BroadcastAndBarrier) {
   OnRanks(3, [&](int64_t r, Communicator& c) {
     std::vector<float> data(10, static_cast<float>(r));
-    ASSERT_TRUE(c.Broadcast(data.data(), 10, DType::kFloat32, 2)->Wait(absl::Seconds(30)).ok());
+    ASSERT_TRUE(
+        c.Broadcast(data.data(), 10, DType::kFloat32, 2)->Wait(Scaled(absl::Seconds(30))).ok());
     for (float x : data) ASSERT_EQ(x, 2.0f);
-    ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(30)).ok());
+    ASSERT_TRUE(c.Barrier()->Wait(Scaled(absl::Seconds(30))).ok());
   });
 }
 
@@ -105,10 +110,10 @@ TEST(GlooCommunicator, AbortReleasesAWaiterWithTheReason) {
     auto work = c.AllReduce(data.data(), 100, DType::kFloat32);
     EXPECT_EQ(work->Wait(absl::Milliseconds(100)).code(), absl::StatusCode::kDeadlineExceeded);
     c.Abort(absl::UnavailableError("job j: rank 1 was lost (no heartbeat for 10s)"));
-    const absl::Status s = work->Wait(absl::Seconds(5));
+    const absl::Status s = work->Wait(Scaled(absl::Seconds(5)));
     EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 was lost"));
     // Later collectives fail at once with the same reason.
-    EXPECT_THAT(std::string(c.Barrier()->Wait(absl::Seconds(1)).message()),
+    EXPECT_THAT(std::string(c.Barrier()->Wait(Scaled(absl::Seconds(1))).message()),
                 HasSubstr("rank 1 was lost"));
     done.Notify();
   });
@@ -132,11 +137,12 @@ TEST(GlooCommunicator, AnAbortedCommunicatorIsDestroyedAtOnceThoughItsPeerIsSile
         EXPECT_EQ(work->Wait(absl::Milliseconds(100)).code(), absl::StatusCode::kDeadlineExceeded);
         const absl::Time start = absl::Now();
         c.Abort(absl::AbortedError("job j: rank 1 was lost (no heartbeat for 2s)"));
-        EXPECT_THAT(std::string(work->Wait(absl::Seconds(50)).message()),
+        EXPECT_THAT(std::string(work->Wait(Scaled(absl::Seconds(50))).message()),
                     HasSubstr("rank 1 was lost"));
         own.reset();
-        // The Gloo timeout is 60 s; a closed transport ends it at once (20 s: a loaded machine).
-        EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+        // The Gloo timeout is 60 s; a closed transport ends it at once (20 s: a loaded machine;
+        // both scaled).
+        EXPECT_LT(absl::Now() - start, Scaled(absl::Seconds(20)));
         destroyed.Notify();
       },
       absl::Seconds(60), /*release=*/0);
@@ -150,17 +156,18 @@ TEST(GlooCommunicator, APeerThatResumesAfterAnAbortWritesNothingIntoTheAbortedBu
     std::vector<float> data(100, static_cast<float>(r + 1));
     if (r == 1) {
       aborted.WaitForNotification();  // "resumes" after rank 0 gave up
-      const absl::Status s = c.AllGather(data.data(), 50, DType::kFloat32)->Wait(absl::Seconds(20));
+      const absl::Status s =
+          c.AllGather(data.data(), 50, DType::kFloat32)->Wait(Scaled(absl::Seconds(20)));
       EXPECT_FALSE(s.ok()) << "the aborted peer must not take part";
       return;
     }
     auto work = c.AllGather(data.data(), 50, DType::kFloat32);
     EXPECT_EQ(work->Wait(absl::Milliseconds(100)).code(), absl::StatusCode::kDeadlineExceeded);
     c.Abort(absl::AbortedError("job j: rank 1 was lost"));
-    EXPECT_FALSE(work->Wait(absl::Seconds(20)).ok());
+    EXPECT_FALSE(work->Wait(Scaled(absl::Seconds(20))).ok());
     aborted.Notify();
     // Rank 1's late collective has had every chance to arrive by the time its thread ends.
-    absl::SleepFor(absl::Milliseconds(500));
+    absl::SleepFor(Scaled(absl::Milliseconds(500)));
     for (float x : data) ASSERT_EQ(x, 1.0f) << "a late transfer landed in an aborted buffer";
   });
 }
@@ -178,9 +185,12 @@ TEST(GlooCommunicator, AbortingOneWorkAbortsTheCommunicator) {
     auto first = c.AllReduce(data.data(), 10, DType::kFloat32);
     auto second = c.Barrier();
     first->Abort(absl::DeadlineExceededError("all_reduce gave up"));
-    EXPECT_THAT(std::string(first->Wait(absl::Seconds(20)).message()), HasSubstr("gave up"));
-    EXPECT_THAT(std::string(second->Wait(absl::Seconds(1)).message()), HasSubstr("gave up"));
-    EXPECT_THAT(std::string(c.Barrier()->Wait(absl::Seconds(1)).message()), HasSubstr("gave up"));
+    EXPECT_THAT(std::string(first->Wait(Scaled(absl::Seconds(20))).message()),
+                HasSubstr("gave up"));
+    EXPECT_THAT(std::string(second->Wait(Scaled(absl::Seconds(1))).message()),
+                HasSubstr("gave up"));
+    EXPECT_THAT(std::string(c.Barrier()->Wait(Scaled(absl::Seconds(1))).message()),
+                HasSubstr("gave up"));
     done.Notify();
   });
 }
@@ -214,6 +224,7 @@ TEST(GlooCommunicator, ADurationOptionOutOfRangeIsNamed) {
 // too large to go inline, if any, sleep at once.
 TEST(GlooCommunicator, ACallerSpinsOnlyOnCollectivesThatTravelOnTheLeads) {
   GlooOptions options;
+  // Real time: the peer's lead must come within the spin, which is at its maximum (1 s) already.
   options.caller_spin = absl::Seconds(1);
   // The callers run every collective: none is left to the collective thread (which never spins)
   // by a caller descheduled between issuing and waiting.
@@ -224,8 +235,9 @@ TEST(GlooCommunicator, ACallerSpinsOnlyOnCollectivesThatTravelOnTheLeads) {
         auto& gloo = dynamic_cast<GlooCommunicator&>(c);
         std::vector<float> data(1024, 1.0f);
         for (int i = 0; i < 20; ++i) {
-          ASSERT_TRUE(
-              c.AllReduce(data.data(), 1024, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+          ASSERT_TRUE(c.AllReduce(data.data(), 1024, DType::kFloat32)
+                          ->Wait(Scaled(absl::Seconds(30)))
+                          .ok());
         }
         const internal::LeadMesh::Waits inline_waits = gloo.LeadWaits();
         EXPECT_GE(inline_waits.spun, 1);
@@ -236,7 +248,8 @@ TEST(GlooCommunicator, ACallerSpinsOnlyOnCollectivesThatTravelOnTheLeads) {
                                                    4) +
                               1;
         std::vector<float> big(static_cast<size_t>(2 * chunk));
-        ASSERT_TRUE(c.AllGather(big.data(), chunk, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+        ASSERT_TRUE(
+            c.AllGather(big.data(), chunk, DType::kFloat32)->Wait(Scaled(absl::Seconds(30))).ok());
         EXPECT_EQ(gloo.LeadWaits().spun, inline_waits.spun) << "the all-gather's lead wait spun";
       },
       absl::Seconds(30), -1, options);
@@ -255,8 +268,9 @@ TEST(GlooCommunicator, ByDefaultACallerSpinsThoughRanksShareACpu) {
       [&](int64_t, Communicator& c) {
         std::vector<float> data(1024, 1.0f);
         for (int i = 0; i < 20; ++i) {
-          ASSERT_TRUE(
-              c.AllReduce(data.data(), 1024, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+          ASSERT_TRUE(c.AllReduce(data.data(), 1024, DType::kFloat32)
+                          ->Wait(Scaled(absl::Seconds(30)))
+                          .ok());
         }
         // A lead already in costs no wait, so a run whose leads all were in passes with no spin
         // too; one that waited at all and never spun fails.
@@ -279,8 +293,8 @@ TEST(GlooCommunicator, MismatchedCollectivesFailWithBothSidesNamed) {
     std::vector<float> data(64, 1.0f);
     // Rank 0 all-gathers 20 per rank, rank 1 reduce-scatters 16: a broken SPMD order.
     const absl::Status s =
-        r == 0 ? c.AllGather(data.data(), 20, DType::kFloat32)->Wait(absl::Seconds(20))
-               : c.ReduceScatter(data.data(), 16, DType::kFloat32)->Wait(absl::Seconds(20));
+        r == 0 ? c.AllGather(data.data(), 20, DType::kFloat32)->Wait(Scaled(absl::Seconds(20)))
+               : c.ReduceScatter(data.data(), 16, DType::kFloat32)->Wait(Scaled(absl::Seconds(20)));
     EXPECT_FALSE(s.ok());
     EXPECT_THAT(std::string(s.message()), HasSubstr("collective mismatch"));
     EXPECT_THAT(std::string(s.message()),
@@ -292,10 +306,11 @@ TEST(GlooCommunicator, MismatchedCollectivesFailWithBothSidesNamed) {
 TEST(GlooCommunicator, APeerThatDiesFailsTheCollectiveAtOnce) {
   OnRanks(2, [&](int64_t r, Communicator& c) {
     // Both connected first: a rank 1 gone while rank 0 still connects fails rank 0's Create.
-    ASSERT_TRUE(c.Barrier()->Wait(absl::Seconds(20)).ok());
+    ASSERT_TRUE(c.Barrier()->Wait(Scaled(absl::Seconds(20))).ok());
     if (r == 1) return;  // its communicator closes its connections
     std::vector<float> data(100, 1.0f);
-    const absl::Status s = c.AllReduce(data.data(), 100, DType::kFloat32)->Wait(absl::Seconds(20));
+    const absl::Status s =
+        c.AllReduce(data.data(), 100, DType::kFloat32)->Wait(Scaled(absl::Seconds(20)));
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
     EXPECT_THAT(std::string(s.message()), HasSubstr("all_reduce on rank 0 failed"));
   });

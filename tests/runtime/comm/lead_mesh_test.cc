@@ -22,15 +22,19 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/in_memory_store.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::comm::internal {
 namespace {
+
+using ::zerod::testing::Scaled;
 
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
 constexpr size_t kMaxFrame = size_t{64} << 10;
-constexpr milliseconds kLong{30000};
+// Every wait's bound, scaled for the build: a wait that must not run out.
+const milliseconds kLong = absl::ToChronoMilliseconds(Scaled(absl::Seconds(30)));
 
 std::vector<int> Others(int rank, int world) {
   std::vector<int> peers;
@@ -51,7 +55,7 @@ void OnMesh(int world, const std::function<void(int, LeadMesh&)>& body,
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       auto mesh = LeadMesh::Connect(store, "m/", r, Others(r, world), "127.0.0.1", limits[r],
-                                    absl::Seconds(30));
+                                    Scaled(absl::Seconds(30)));
       ASSERT_TRUE(mesh.ok()) << mesh.status();
       (*mesh)->SetSpin(spin);
       body(r, **mesh);
@@ -76,14 +80,15 @@ void Send(LeadMesh& mesh, int peer, const std::vector<char>& frame) {
 constexpr std::chrono::microseconds kSpins[] = {std::chrono::microseconds(0),
                                                 std::chrono::microseconds(50)};
 // A spin far longer than the waits below: it must end at their deadline or a Close all the same.
-constexpr std::chrono::microseconds kEndlessSpin = std::chrono::seconds(20);
+const std::chrono::microseconds kEndlessSpin =
+    absl::ToChronoMicroseconds(Scaled(absl::Seconds(20)));
 
 TEST(LeadMesh, FramesArriveInOrderWhileEveryRankWritesFirst) {
   // 4 MiB to each peer before anyone reads: far more than a socket takes, so sends queue and are
   // written while the rank waits for its own frames.
   const int frames = 64;
   for (const auto spin : kSpins) {
-    SCOPED_TRACE(testing::Message() << "spin " << spin.count() << " us");
+    SCOPED_TRACE(::testing::Message() << "spin " << spin.count() << " us");
     OnMesh(
         3,
         [&](int r, LeadMesh& mesh) {
@@ -135,13 +140,14 @@ TEST(LeadMesh, FramesOfEverySizeAroundTheDirectReadArriveWholeAndInOrder) {
 TEST(LeadMesh, StrayConnectionsAreDroppedAndThePeersStillConnect) {
   InMemoryStore store;
   std::thread rank0([&] {
-    auto mesh = LeadMesh::Connect(store, "m/", 0, {1}, "127.0.0.1", kMaxFrame, absl::Seconds(30));
+    auto mesh =
+        LeadMesh::Connect(store, "m/", 0, {1}, "127.0.0.1", kMaxFrame, Scaled(absl::Seconds(30)));
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     std::vector<char> got;
     (*mesh)->Receive(1, got, kLong);
     EXPECT_EQ(got, Frame(1, 0, 0, 100));
   });
-  absl::StatusOr<std::string> where = store.Get("m/0", absl::Seconds(30));
+  absl::StatusOr<std::string> where = store.Get("m/0", Scaled(absl::Seconds(30)));
   ASSERT_TRUE(where.ok()) << where.status();
   std::vector<std::string> parts = absl::StrSplit(*where, ' ');
   ASSERT_EQ(parts.size(), 2u);
@@ -164,7 +170,8 @@ TEST(LeadMesh, StrayConnectionsAreDroppedAndThePeersStillConnect) {
   uint64_t forged[4] = {0x3168736d64614c7a, 12345, 1, 0};  // magic, a guessed nonce, from 1, to 0
   ASSERT_EQ(::write(strays[2], forged, sizeof(forged)), static_cast<ssize_t>(sizeof(forged)));
   std::thread rank1([&] {
-    auto mesh = LeadMesh::Connect(store, "m/", 1, {0}, "127.0.0.1", kMaxFrame, absl::Seconds(30));
+    auto mesh =
+        LeadMesh::Connect(store, "m/", 1, {0}, "127.0.0.1", kMaxFrame, Scaled(absl::Seconds(30)));
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     Send(**mesh, 0, Frame(1, 0, 0, 100));
     (*mesh)->Flush(kLong);
@@ -205,13 +212,15 @@ TEST(LeadMesh, AFrameOverTheLimitIsNamed) {
 TEST(LeadMesh, APeersFramesAreTakenAfterItClosesThenItsCloseIsNamed) {
   InMemoryStore store;
   std::thread rank1([&] {
-    auto mesh = LeadMesh::Connect(store, "m/", 1, {0}, "127.0.0.1", kMaxFrame, absl::Seconds(30));
+    auto mesh =
+        LeadMesh::Connect(store, "m/", 1, {0}, "127.0.0.1", kMaxFrame, Scaled(absl::Seconds(30)));
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     Send(**mesh, 0, Frame(1, 0, 0, 100));
     Send(**mesh, 0, Frame(1, 0, 1, 200));
     (*mesh)->Flush(kLong);
   });  // its mesh is destroyed: the connection closes
-  auto mesh = LeadMesh::Connect(store, "m/", 0, {1}, "127.0.0.1", kMaxFrame, absl::Seconds(30));
+  auto mesh =
+      LeadMesh::Connect(store, "m/", 0, {1}, "127.0.0.1", kMaxFrame, Scaled(absl::Seconds(30)));
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   rank1.join();
   std::vector<char> got;
@@ -233,7 +242,7 @@ TEST(LeadMesh, APeersFramesAreTakenAfterItClosesThenItsCloseIsNamed) {
 // Only the waiting rank's counts move (the sender never waits).
 TEST(LeadMesh, AWaitCountsWhetherItsFrameCameWhileItSpunOrAfterItSlept) {
   for (const auto spin : {std::chrono::microseconds(0), kEndlessSpin}) {
-    SCOPED_TRACE(testing::Message() << "spin " << spin.count() << " us");
+    SCOPED_TRACE(::testing::Message() << "spin " << spin.count() << " us");
     std::latch waiting(1);
     OnMesh(
         2,
@@ -266,7 +275,7 @@ TEST(LeadMesh, AWaitCountsWhetherItsFrameCameWhileItSpunOrAfterItSlept) {
 
 TEST(LeadMesh, CloseWakesAWaitHereAndThePeersAtOnce) {
   for (const auto spin : {std::chrono::microseconds(0), kEndlessSpin}) {
-    SCOPED_TRACE(testing::Message() << "spin " << spin.count() << " us");
+    SCOPED_TRACE(::testing::Message() << "spin " << spin.count() << " us");
     OnMesh(
         2,
         [&](int r, LeadMesh& mesh) {
@@ -288,8 +297,9 @@ TEST(LeadMesh, CloseWakesAWaitHereAndThePeersAtOnce) {
               EXPECT_THAT(e.what(), HasSubstr("rank 0 closed its lead connection"));
             }
           }
-          // Woken, not timed out (kLong is 30 s) nor spun out (20 s).
-          EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(10000));
+          // Woken, not timed out (kLong is 30 s) nor spun out (20 s; all three scaled).
+          EXPECT_LT(std::chrono::steady_clock::now() - start,
+                    absl::ToChronoMilliseconds(Scaled(absl::Seconds(10))));
         },
         {}, spin);
   }
@@ -297,7 +307,7 @@ TEST(LeadMesh, CloseWakesAWaitHereAndThePeersAtOnce) {
 
 TEST(LeadMesh, AWaitForALeadThatNeverComesTimesOutNamingThePeer) {
   for (const auto spin : {std::chrono::microseconds(0), kEndlessSpin}) {
-    SCOPED_TRACE(testing::Message() << "spin " << spin.count() << " us");
+    SCOPED_TRACE(::testing::Message() << "spin " << spin.count() << " us");
     std::latch done(1);
     OnMesh(
         2,
@@ -314,7 +324,9 @@ TEST(LeadMesh, AWaitForALeadThatNeverComesTimesOutNamingThePeer) {
           } catch (const std::runtime_error& e) {
             EXPECT_THAT(e.what(), HasSubstr("no lead from rank 1 within 50 ms"));
           }
-          EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(10000));
+          // Not spun out (kEndlessSpin; both scaled).
+          EXPECT_LT(std::chrono::steady_clock::now() - start,
+                    absl::ToChronoMilliseconds(Scaled(absl::Seconds(10))));
           done.count_down();
         },
         {}, spin);

@@ -31,9 +31,16 @@
 namespace zerod::comm {
 namespace {
 
+using ::zerod::testing::Scaled;
+
 using internal::RingPart;
 using internal::SharedMemoryMesh;
 using ::testing::HasSubstr;
+
+// A mesh operation's bound: `seconds`, scaled for the build.
+std::chrono::milliseconds Within(int seconds) {
+  return absl::ToChronoMilliseconds(Scaled(absl::Seconds(seconds)));
+}
 
 // Runs body(rank, mesh) for `world` meshes connected through one store, each on its thread.
 void OnMeshes(int64_t world, const std::function<void(int64_t, SharedMemoryMesh&)>& body) {
@@ -41,7 +48,8 @@ void OnMeshes(int64_t world, const std::function<void(int64_t, SharedMemoryMesh&
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto mesh = SharedMemoryMesh::Connect(*store, "shm/", r, world, true, absl::Seconds(30));
+      auto mesh =
+          SharedMemoryMesh::Connect(*store, "shm/", r, world, true, Scaled(absl::Seconds(30)));
       ASSERT_TRUE(mesh.ok()) << mesh.status();
       ASSERT_NE(*mesh, nullptr) << "ranks of one process share memory";
       try {
@@ -78,7 +86,7 @@ uint16_t RankOrderSum(int64_t world, size_t b, int64_t i) {
 // rank, and the parts of a step sit end to end across it; more pieces than slots.
 TEST(SharedMemoryMesh, AGroupSumsInRankOrderAndGathersBitForBit) {
   for (int64_t world : {2, 3, 4}) {
-    SCOPED_TRACE(testing::Message() << "world " << world);
+    SCOPED_TRACE(::testing::Message() << "world " << world);
     const std::vector<int64_t> chunk_counts = {1, 70001, 0, 33, 150000, 5};
     OnMeshes(world, [&](int64_t r, SharedMemoryMesh& mesh) {
       std::vector<std::vector<uint16_t>> buffers;
@@ -90,8 +98,7 @@ TEST(SharedMemoryMesh, AGroupSumsInRankOrderAndGathersBitForBit) {
         parts.push_back({reinterpret_cast<char*>(buffers[b].data()),
                          internal::Chunks::Even(world, chunk_counts[b], 2)});
       }
-      mesh.ReduceScatter(parts, DType::kBFloat16, /*then_all_gather=*/false,
-                         std::chrono::seconds(30));
+      mesh.ReduceScatter(parts, DType::kBFloat16, /*then_all_gather=*/false, Within(30));
       for (size_t b = 0; b < chunk_counts.size(); ++b) {
         const int64_t chunk = chunk_counts[b];
         for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
@@ -99,7 +106,7 @@ TEST(SharedMemoryMesh, AGroupSumsInRankOrderAndGathersBitForBit) {
         }
       }
       // Every rank's reduced chunk to every rank: afterwards each holds the whole sum.
-      mesh.AllGather(parts, std::chrono::seconds(30));
+      mesh.AllGather(parts, Within(30));
       for (size_t b = 0; b < chunk_counts.size(); ++b) {
         for (int64_t i = 0; i < world * chunk_counts[b]; ++i) {
           ASSERT_EQ(buffers[b][i], RankOrderSum(world, b, i)) << "buffer " << b << " element " << i;
@@ -112,13 +119,13 @@ TEST(SharedMemoryMesh, AGroupSumsInRankOrderAndGathersBitForBit) {
 // An all-reduce whose chunks are uneven (Chunks::Split), the last one empty at 4 ranks.
 TEST(SharedMemoryMesh, AnAllReduceOfUnevenChunksGivesEveryRankTheRankOrderSum) {
   for (int64_t count : {int64_t{3}, int64_t{1000003}}) {
-    SCOPED_TRACE(testing::Message() << count << " elements");
+    SCOPED_TRACE(::testing::Message() << count << " elements");
     OnMeshes(4, [&](int64_t r, SharedMemoryMesh& mesh) {
       std::vector<uint16_t> data(static_cast<size_t>(count));
       for (int64_t i = 0; i < count; ++i) data[i] = Term(r, 0, i);
       mesh.ReduceScatter(
           {{reinterpret_cast<char*>(data.data()), internal::Chunks::Split(4, count, 2)}},
-          DType::kBFloat16, /*then_all_gather=*/true, std::chrono::seconds(30));
+          DType::kBFloat16, /*then_all_gather=*/true, Within(30));
       for (int64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], RankOrderSum(4, 0, i)) << i;
     });
   }
@@ -129,7 +136,7 @@ TEST(SharedMemoryMesh, AnAllReduceOfUnevenChunksGivesEveryRankTheRankOrderSum) {
 // all-gathers and broadcasts from every root, each checked against its reference.
 TEST(SharedMemoryMesh, CollectivesOfEveryKindBackToBackStayInStep) {
   for (int64_t world : {2, 3, 4}) {
-    SCOPED_TRACE(testing::Message() << "world " << world);
+    SCOPED_TRACE(::testing::Message() << "world " << world);
     const int64_t chunk = 3 * static_cast<int64_t>(SharedMemoryMesh::kSlotBytes) / 2 / world + 7;
     OnMeshes(world, [&](int64_t r, SharedMemoryMesh& mesh) {
       for (int round = 0; round < 6; ++round) {
@@ -138,23 +145,23 @@ TEST(SharedMemoryMesh, CollectivesOfEveryKindBackToBackStayInStep) {
         for (int64_t i = 0; i < n; ++i) data[i] = Term(r, static_cast<size_t>(round), i);
         mesh.ReduceScatter(
             {{reinterpret_cast<char*>(data.data()), internal::Chunks::Split(world, n, 2)}},
-            DType::kBFloat16, true, std::chrono::seconds(30));
+            DType::kBFloat16, true, Within(30));
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(data[i], RankOrderSum(world, static_cast<size_t>(round), i)) << i;
         }
         const int64_t root = round % world;
         for (int64_t i = 0; i < n; ++i) data[i] = Term(r, 99, i);
         mesh.Broadcast(reinterpret_cast<char*>(data.data()), static_cast<size_t>(n) * 2, root,
-                       std::chrono::seconds(30));
+                       Within(30));
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(data[i], Term(root, 99, i)) << i;
         const std::vector<RingPart> parts = {
             {reinterpret_cast<char*>(data.data()), internal::Chunks::Even(world, chunk, 2)}};
         for (int64_t i = 0; i < world * chunk; ++i) data[i] = Term(r, 7, i);
-        mesh.ReduceScatter(parts, DType::kBFloat16, false, std::chrono::seconds(30));
+        mesh.ReduceScatter(parts, DType::kBFloat16, false, Within(30));
         for (int64_t i = r * chunk; i < (r + 1) * chunk; ++i) {
           ASSERT_EQ(data[i], RankOrderSum(world, 7, i)) << i;
         }
-        mesh.AllGather(parts, std::chrono::seconds(30));
+        mesh.AllGather(parts, Within(30));
         for (int64_t i = 0; i < world * chunk; ++i) {
           ASSERT_EQ(data[i], RankOrderSum(world, 7, i)) << i;
         }
@@ -194,12 +201,12 @@ TEST(SharedMemoryMesh, AWaitOnAPeerThatClosedFailsNamingIt) {
     const auto start = std::chrono::steady_clock::now();
     try {
       mesh.ReduceScatter({{data.data(), internal::Chunks::Even(3, 1000, 4)}}, DType::kFloat32, true,
-                         std::chrono::seconds(60));
+                         Within(60));
       ADD_FAILURE() << "rank " << r << " completed without rank 2";
     } catch (const std::runtime_error& e) {
       EXPECT_THAT(e.what(), HasSubstr("rank 2 closed its shared memory"));
     }
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, Within(20));
   });
 }
 
@@ -214,8 +221,7 @@ TEST(SharedMemoryMesh, ClosingThisRanksMeshFailsItsOwnWait) {
     EXPECT_THROW(
         {
           try {
-            mesh.AllGather({{data.data(), internal::Chunks::Even(2, 10, 4)}},
-                           std::chrono::seconds(60));
+            mesh.AllGather({{data.data(), internal::Chunks::Even(2, 10, 4)}}, Within(60));
           } catch (const std::runtime_error& e) {
             EXPECT_THAT(e.what(), HasSubstr("closed on this rank"));
             throw;
@@ -249,11 +255,11 @@ TEST(SharedMemoryMesh, APeerProcessThatExitsFailsTheWaitAtOnce) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     FileStore store(dir.string());
-    auto mesh = SharedMemoryMesh::Connect(store, "shm/", 1, 2, true, absl::Seconds(30));
+    auto mesh = SharedMemoryMesh::Connect(store, "shm/", 1, 2, true, Scaled(absl::Seconds(30)));
     ::_exit(mesh.ok() && *mesh != nullptr ? 0 : 3);  // without closing its segment
   }
   FileStore store(dir.string());
-  auto mesh = SharedMemoryMesh::Connect(store, "shm/", 0, 2, true, absl::Seconds(30));
+  auto mesh = SharedMemoryMesh::Connect(store, "shm/", 0, 2, true, Scaled(absl::Seconds(30)));
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   ASSERT_NE(*mesh, nullptr);
   int status = 0;
@@ -263,13 +269,13 @@ TEST(SharedMemoryMesh, APeerProcessThatExitsFailsTheWaitAtOnce) {
   const auto start = std::chrono::steady_clock::now();
   try {
     (*mesh)->ReduceScatter({{data.data(), internal::Chunks::Even(2, 10, 4)}}, DType::kFloat32, true,
-                           std::chrono::seconds(60));
+                           Within(60));
     ADD_FAILURE() << "completed without rank 1";
   } catch (const std::runtime_error& e) {
     EXPECT_THAT(e.what(),
                 HasSubstr(absl::StrCat("rank 1 (pid ", child, ") exited during this collective")));
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, Within(20));
   std::filesystem::remove_all(dir);
 }
 
@@ -308,15 +314,17 @@ TEST(GlooSharedMemory, ARankCreatedWithoutItTurnsItOffForEveryRank) {
   for (int64_t r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
       GlooOptions options;
-      options.timeout = absl::Seconds(30);
+      options.timeout = Scaled(absl::Seconds(30));
       options.shared_memory = r != 1;
       auto comm = GlooCommunicator::Create(store, r, 3, options);
       ASSERT_TRUE(comm.ok()) << comm.status();
       EXPECT_FALSE((*comm)->UsesSharedMemory());
       const int64_t n = 1 << 20;
       std::vector<float> data(static_cast<size_t>(n), static_cast<float>(r + 1));
-      ASSERT_TRUE(
-          (*comm)->AllReduce(data.data(), n, DType::kFloat32)->Wait(absl::Seconds(30)).ok());
+      ASSERT_TRUE((*comm)
+                      ->AllReduce(data.data(), n, DType::kFloat32)
+                      ->Wait(Scaled(absl::Seconds(30)))
+                      .ok());
       for (float x : data) ASSERT_EQ(x, 6.0f);
     });
   }
