@@ -22,12 +22,14 @@
 #include "runtime/comm/prefix_store.h"
 #include "runtime/common/mutex.h"
 #include "runtime/common/status_macros.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::zerod::testing::Scaled;
 
 std::vector<plan::TensorSpec> Layout() {
   return {{"w0", {5, 7}, DType::kFloat32, ""},
@@ -111,8 +113,9 @@ void RunJob(int stage, int64_t world,
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto comm = comm::GlooCommunicator::Create(std::make_shared<comm::PrefixStore>("gloo", store),
-                                                 r, world, {"127.0.0.1", absl::Seconds(30)});
+      auto comm =
+          comm::GlooCommunicator::Create(std::make_shared<comm::PrefixStore>("gloo", store), r,
+                                         world, {"127.0.0.1", Scaled(absl::Seconds(30))});
       ASSERT_TRUE(comm.ok()) << comm.status();
       engine::EngineOptions options;
       options.adam.lr = 0.01;
@@ -152,7 +155,7 @@ SaveOptions Options(const std::string& root, int64_t keep_last = 0) {
   o.root = root;
   o.keep_last = keep_last;
   o.job_id = "test";
-  o.timeout = absl::Minutes(5);
+  o.timeout = Scaled(absl::Minutes(5));
   return o;
 }
 
@@ -287,8 +290,9 @@ TEST(SaveProtocol, SavesAndLoadsLeaveOnlyTheLastCallsKeysInTheStore) {
 }
 
 // A slow disk is no timeout: each rank waits for the others from the end of its own write, so
-// files that take longer to write than the timeout still make a checkpoint.
-void SlowDisk(const std::string&, int64_t) { absl::SleepFor(absl::Milliseconds(1500)); }
+// files that take longer to write than the timeout still make a checkpoint. Both scaled: the
+// ranks' writes end a slow build's moment apart.
+void SlowDisk(const std::string&, int64_t) { absl::SleepFor(Scaled(absl::Milliseconds(1500))); }
 
 TEST(SaveProtocol, FilesThatTakeLongerToWriteThanTheTimeoutStillMakeACheckpoint) {
   const std::string root = TempRoot();
@@ -296,7 +300,7 @@ TEST(SaveProtocol, FilesThatTakeLongerToWriteThanTheTimeoutStillMakeACheckpoint)
   RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
     ASSERT_TRUE(TrainStep(e, r).ok());
     SaveOptions o = Options(root);
-    o.timeout = absl::Seconds(1);
+    o.timeout = Scaled(absl::Seconds(1));
     auto out = Save(e, store, nullptr, o);
     EXPECT_TRUE(out.ok()) << "rank " << r << ": " << out.status();
   });
@@ -317,8 +321,9 @@ TEST(SaveProtocol, ARankThatFailsToWriteMakesSaveFailOnEveryRankQuickly) {
     ASSERT_TRUE(TrainStep(e, r).ok());
     ASSERT_TRUE(TrainStep(e, r).ok());
     const absl::Time start = absl::Now();
-    auto out = Save(e, store, nullptr, Options(root));  // a 5-minute timeout
-    EXPECT_LT(absl::Now() - start, absl::Minutes(2)) << "rank " << r << " waited for the timeout";
+    auto out = Save(e, store, nullptr, Options(root));  // a 5-minute timeout (scaled)
+    EXPECT_LT(absl::Now() - start, Scaled(absl::Minutes(2)))
+        << "rank " << r << " waited for the timeout";
     ASSERT_FALSE(out.ok()) << "rank " << r;
     EXPECT_THAT(std::string(out.status().message()), HasSubstr("rank 1")) << out.status();
   });
@@ -347,8 +352,9 @@ TEST(SaveProtocol, ADamagedFileOneRankReadsFailsTheLoadOnEveryRankQuicklyNamingT
   RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
     const absl::Time start = absl::Now();
     // Rank 1 of the same world reads exactly rank 1's old file; rank 0 never reads it.
-    auto loaded = Load(e, store, root, nullptr, absl::Minutes(5));
-    EXPECT_LT(absl::Now() - start, absl::Minutes(1)) << "rank " << r << " waited for a timeout";
+    auto loaded = Load(e, store, root, nullptr, Scaled(absl::Minutes(5)));
+    EXPECT_LT(absl::Now() - start, Scaled(absl::Minutes(1)))
+        << "rank " << r << " waited for a timeout";
     ASSERT_FALSE(loaded.ok()) << "rank " << r;
     EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(RankFileName(1)))
         << loaded.status();

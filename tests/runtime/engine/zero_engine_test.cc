@@ -17,11 +17,13 @@
 #include "runtime/comm/prefix_store.h"
 #include "runtime/common/half.h"
 #include "runtime/common/status_macros.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::engine {
 namespace {
 
 using ::testing::HasSubstr;
+using ::zerod::testing::Scaled;
 
 std::vector<plan::TensorSpec> Layout() {
   return {{"w0", {5, 7}, DType::kFloat32, ""},
@@ -329,7 +331,8 @@ void OnEngines(int stage, int64_t world, DType dtype, EngineOptions options,
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto comm = comm::GlooCommunicator::Create(store, r, world, {"127.0.0.1", absl::Seconds(5)});
+      auto comm =
+          comm::GlooCommunicator::Create(store, r, world, {"127.0.0.1", Scaled(absl::Seconds(5))});
       ASSERT_TRUE(comm.ok()) << comm.status();
       auto engine = ZeroEngine::Create(plan, comm->get(), options);
       ASSERT_TRUE(engine.ok()) << engine.status();
@@ -426,7 +429,7 @@ TEST(ZeroEngine, ClippingAndAccumulationMatchTheReference) {
 
 TEST(ZeroEngine, ADivergedCollectiveOrderIsReportedWithTheRanks) {
   EngineOptions options = Options(DType::kBFloat16);
-  options.collective_timeout = absl::Seconds(2);
+  options.collective_timeout = Scaled(absl::Seconds(2));
   OnEngines(3, 2, DType::kBFloat16, options, [&](int64_t r, ZeroEngine& e) {
     // Rank 1 gathers unit 1 where rank 0 gathers unit 0: the SPMD order is broken. Each gather
     // takes its prefetch along (units 1 and 2 on rank 1, 0 and 1 on rank 0): the logs part at #2.
