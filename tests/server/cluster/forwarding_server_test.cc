@@ -45,6 +45,7 @@ using zerod::testing::Built;
 using zerod::testing::ChildProcess;
 using zerod::testing::ProcessResult;
 using zerod::testing::RunProcess;
+using zerod::testing::Scaled;
 using zerod::testing::TempDir;
 
 using Leader = LeaderProcess;
@@ -71,7 +72,8 @@ class Follower {
   std::unique_ptr<client::CoordinatorClient> Client(const std::string& job_token = "") const {
     client::ClientOptions options;
     options.endpoint = endpoint();
-    options.retry_for = absl::Seconds(10);
+    options.retry_for = Scaled(absl::Seconds(10));
+    options.call_timeout = Scaled(options.call_timeout);
     options.job_token = job_token;
     auto c = client::CoordinatorClient::Connect(options);
     EXPECT_TRUE(c.ok()) << c.status();
@@ -86,7 +88,8 @@ class Follower {
 std::unique_ptr<client::CoordinatorClient> ClientOf(const std::string& endpoint) {
   client::ClientOptions options;
   options.endpoint = endpoint;
-  options.retry_for = absl::Seconds(10);
+  options.retry_for = Scaled(absl::Seconds(10));
+  options.call_timeout = Scaled(options.call_timeout);
   auto c = client::CoordinatorClient::Connect(options);
   EXPECT_TRUE(c.ok()) << c.status();
   return *std::move(c);
@@ -111,8 +114,9 @@ TEST(ForwardingServer, ATwoRankJobFormsWithOneRankDirectAndOneForwardedAndZeroct
   auto forwarded = follower.Client();
 
   absl::StatusOr<client::Membership> rank0 = absl::UnknownError("not joined");
-  std::thread joiner([&] { rank0 = direct->Join(RankOf("pair", 2, 0), absl::Seconds(60)); });
-  auto rank1 = forwarded->Join(RankOf("pair", 2, 1), absl::Seconds(60));
+  std::thread joiner(
+      [&] { rank0 = direct->Join(RankOf("pair", 2, 0), Scaled(absl::Seconds(60))); });
+  auto rank1 = forwarded->Join(RankOf("pair", 2, 1), Scaled(absl::Seconds(60)));
   joiner.join();
   ASSERT_TRUE(rank0.ok()) << rank0.status();
   ASSERT_TRUE(rank1.ok()) << rank1.status();
@@ -132,12 +136,13 @@ TEST(ForwardingServer, ATwoRankJobFormsWithOneRankDirectAndOneForwardedAndZeroct
     absl::SleepFor(absl::Milliseconds(200));
     EXPECT_TRUE(direct->StoreSet("pair", "from-leader", "2").ok());
   });
-  EXPECT_TRUE(forwarded->StoreWait("pair", {"from-leader"}, absl::Seconds(30)).ok());
+  EXPECT_TRUE(forwarded->StoreWait("pair", {"from-leader"}, Scaled(absl::Seconds(30))).ok());
   setter.join();
-  EXPECT_EQ(*forwarded->StoreGet("pair", "from-leader", absl::Seconds(5)), "2");
+  EXPECT_EQ(*forwarded->StoreGet("pair", "from-leader", Scaled(absl::Seconds(5))), "2");
   absl::Status barrier0;
-  std::thread other([&] { barrier0 = direct->Barrier("pair", "b", 0, 2, absl::Seconds(30)); });
-  EXPECT_TRUE(forwarded->Barrier("pair", "b", 1, 2, absl::Seconds(30)).ok());
+  std::thread other(
+      [&] { barrier0 = direct->Barrier("pair", "b", 0, 2, Scaled(absl::Seconds(30))); });
+  EXPECT_TRUE(forwarded->Barrier("pair", "b", 1, 2, Scaled(absl::Seconds(30))).ok());
   other.join();
   EXPECT_TRUE(barrier0.ok()) << barrier0;
 
@@ -159,7 +164,7 @@ TEST(ForwardingServer, AValueOverGrpcsDefaultFourMegabytesGoesBothWays) {
   ASSERT_GT(leader.port(), 0) << leader.Log();
   Follower follower(leader.tcp_endpoint());
   auto forwarded = follower.Client();
-  ASSERT_TRUE(forwarded->Join(RankOf("big", 1, 0), absl::Seconds(60)).ok());
+  ASSERT_TRUE(forwarded->Join(RankOf("big", 1, 0), Scaled(absl::Seconds(60))).ok());
   const std::string value(6 << 20, 'x');
   const absl::Status set = forwarded->StoreSet("big", "k", value);
   ASSERT_TRUE(set.ok()) << set;
@@ -172,7 +177,7 @@ TEST(ForwardingServer, ConcurrentCallsEachGetTheirOwnAnswerWhileOthersTimeOut) {
   Leader leader;
   ASSERT_GT(leader.port(), 0) << leader.Log();
   Follower follower(leader.tcp_endpoint());
-  ASSERT_TRUE(follower.Client()->Join(RankOf("many", 1, 0), absl::Seconds(60)).ok());
+  ASSERT_TRUE(follower.Client()->Join(RankOf("many", 1, 0), Scaled(absl::Seconds(60))).ok());
   constexpr int kThreads = 6;
   constexpr int kAddsEach = 20;
   std::vector<std::thread> threads;
@@ -199,7 +204,8 @@ TEST(ForwardingServer, AWatchThroughTheForwarderStreamsTheSnapshotThenAMemberJoi
   Follower follower(leader.tcp_endpoint());
   auto direct = ClientOf("unix://" + leader.socket());
   auto forwarded = follower.Client();
-  std::thread rank0([&] { EXPECT_TRUE(direct->Join(RankOf("w", 2, 0), absl::Seconds(60)).ok()); });
+  std::thread rank0(
+      [&] { EXPECT_TRUE(direct->Join(RankOf("w", 2, 0), Scaled(absl::Seconds(60))).ok()); });
   while (!direct->DescribeJob("w").ok()) absl::SleepFor(absl::Milliseconds(20));
 
   std::vector<v1::JobEvent> events;
@@ -209,7 +215,7 @@ TEST(ForwardingServer, AWatchThroughTheForwarderStreamsTheSnapshotThenAMemberJoi
     events.push_back(e);
     if (e.kind() == v1::JobEvent::SNAPSHOT && rank1 == nullptr) {
       rank1 = std::make_unique<std::thread>(
-          [&] { EXPECT_TRUE(joiner->Join(RankOf("w", 2, 1), absl::Seconds(60)).ok()); });
+          [&] { EXPECT_TRUE(joiner->Join(RankOf("w", 2, 1), Scaled(absl::Seconds(60))).ok()); });
     }
     return e.kind() != v1::JobEvent::MEMBER_JOINED || e.rank() != 1;
   });
@@ -227,9 +233,10 @@ TEST(ForwardingServer, TheCallersDeadlineReachesTheLeaderWhichAnswersBeforeIt) {
   Leader leader;
   ASSERT_GT(leader.port(), 0) << leader.Log();
   Follower follower(leader.tcp_endpoint());
-  ASSERT_TRUE(follower.Client()->Join(RankOf("d", 1, 0), absl::Seconds(60)).ok());
+  ASSERT_TRUE(follower.Client()->Join(RankOf("d", 1, 0), Scaled(absl::Seconds(60))).ok());
   auto store = v1::Store::NewStub(follower.Channel());
   grpc::ClientContext context;
+  // Real time: the leader answers a fixed 200 ms before the deadline it was given.
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   v1::WaitRequest request;
   request.set_job_id("d");
@@ -244,14 +251,14 @@ TEST(ForwardingServer, TheCallersDeadlineReachesTheLeaderWhichAnswersBeforeIt) {
   // it would have waited its 10 minutes and the caller's timer would have said "Deadline Exceeded".
   EXPECT_THAT(s.error_message(), HasSubstr("keys not set in time")) << s.error_message();
   EXPECT_GE(took, absl::Seconds(1));
-  EXPECT_LT(took, absl::Seconds(15));
+  EXPECT_LT(took, Scaled(absl::Seconds(15)));
 }
 
 TEST(ForwardingServer, ACallerThatCancelsCancelsTheLeaderCall) {
   Leader leader;
   ASSERT_GT(leader.port(), 0) << leader.Log();
   Follower follower(leader.tcp_endpoint());
-  ASSERT_TRUE(follower.Client()->Join(RankOf("c", 1, 0), absl::Seconds(60)).ok());
+  ASSERT_TRUE(follower.Client()->Join(RankOf("c", 1, 0), Scaled(absl::Seconds(60))).ok());
   auto store = v1::Store::NewStub(follower.Channel());
   grpc::ClientContext context;
   v1::WaitRequest request;
@@ -269,8 +276,8 @@ TEST(ForwardingServer, ACallerThatCancelsCancelsTheLeaderCall) {
   // A forwarded call ends only when its leader call does: with the leader's wait cancelled, no
   // call is left for the grace to wait on (else Shutdown would take all of it).
   const absl::Time start = absl::Now();
-  follower.server().Shutdown(absl::Seconds(60));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  follower.server().Shutdown(Scaled(absl::Seconds(60)));
+  EXPECT_LT(absl::Now() - start, Scaled(absl::Seconds(30)));
 }
 
 TEST(ForwardingServer, TheJobTokenPassesThroughAndTheLeaderRefusesAWrongOne) {
@@ -279,7 +286,7 @@ TEST(ForwardingServer, TheJobTokenPassesThroughAndTheLeaderRefusesAWrongOne) {
   Follower follower(leader.tcp_endpoint());
   const std::string token = client::NewToken();
   auto owner = follower.Client(token);
-  ASSERT_TRUE(owner->Join(RankOf("tok", 1, 0), absl::Seconds(60)).ok());
+  ASSERT_TRUE(owner->Join(RankOf("tok", 1, 0), Scaled(absl::Seconds(60))).ok());
   EXPECT_TRUE(owner->StoreSet("tok", "k", "owned").ok());
   auto stranger = follower.Client(client::NewToken());
   const absl::Status refused = stranger->StoreSet("tok", "k", "stolen");
@@ -379,7 +386,7 @@ TEST(ForwardingServer, ShutdownWhileAWatchStreamsEndsItUnavailable) {
   ASSERT_GT(leader.port(), 0) << leader.Log();
   Follower follower(leader.tcp_endpoint());
   auto direct = ClientOf("unix://" + leader.socket());
-  ASSERT_TRUE(direct->Join(RankOf("s", 1, 0), absl::Seconds(60)).ok());
+  ASSERT_TRUE(direct->Join(RankOf("s", 1, 0), Scaled(absl::Seconds(60))).ok());
   auto coordinator = v1::Coordinator::NewStub(follower.Channel());
   grpc::ClientContext context;
   v1::WatchRequest request;
@@ -401,7 +408,7 @@ TEST(ForwardingServer, WithTheLeaderKilledCallsFailUnavailableNamingItAndTheForw
   const std::string leader_endpoint = leader->tcp_endpoint();
   Follower follower(leader_endpoint);
   auto direct = ClientOf("unix://" + leader->socket());
-  ASSERT_TRUE(direct->Join(RankOf("k", 1, 0), absl::Seconds(60)).ok());
+  ASSERT_TRUE(direct->Join(RankOf("k", 1, 0), Scaled(absl::Seconds(60))).ok());
   // A Watch streaming when the leader goes.
   auto coordinator = v1::Coordinator::NewStub(follower.Channel());
   grpc::ClientContext watch_context;
@@ -421,13 +428,13 @@ TEST(ForwardingServer, WithTheLeaderKilledCallsFailUnavailableNamingItAndTheForw
   auto inspect = v1::Inspect::NewStub(follower.Channel());
   for (int i = 0; i < 3; ++i) {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    context.set_deadline(absl::ToChronoTime(absl::Now() + Scaled(absl::Seconds(30))));
     v1::ListJobsResponse response;
     const absl::Time start = absl::Now();
     const grpc::Status s = inspect->ListJobs(&context, v1::ListJobsRequest(), &response);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr("leader zerod at " + leader_endpoint));
-    EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "fails fast, not at the deadline";
+    EXPECT_LT(absl::Now() - start, Scaled(absl::Seconds(15))) << "fails fast, not at the deadline";
   }
 }
 
@@ -435,7 +442,7 @@ TEST(ForwardingServer, WithTheLeaderKilledCallsFailUnavailableNamingItAndTheForw
 grpc::Status CheckHealth(const std::shared_ptr<grpc::Channel>& channel, std::string* answer) {
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + Scaled(absl::Seconds(30))));
   grpc::Slice empty("");
   grpc::ByteBuffer request(&empty, 1);
   grpc::ByteBuffer response;

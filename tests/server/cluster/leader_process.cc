@@ -22,7 +22,9 @@ LeaderProcess::LeaderProcess(std::vector<std::string> flags) {
                                    "--port-file",
                                    port_file,
                                    "--data-dir",
-                                   dir_.path() + "/data"};
+                                   dir_.path() + "/data",
+                                   "--lease-ttl",
+                                   zerod::testing::ScaledFlag(absl::Seconds(10))};
   argv.insert(argv.end(), flags.begin(), flags.end());
   daemon_ = std::make_unique<zerod::testing::ChildProcess>(argv, dir_.path() + "/zerod.log");
   for (int i = 0; i < 6000; ++i) {

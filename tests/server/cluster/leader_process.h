@@ -2,7 +2,8 @@
 #define ZEROD_TESTS_SERVER_CLUSTER_LEADER_PROCESS_H_
 
 // A cluster's leader for the server/cluster tests: the real zerod binary on a Unix socket and TCP
-// loopback (port 0, read back from its port file), in its own temp dir.
+// loopback (port 0, read back from its port file), in its own temp dir, its lease zerod's default
+// scaled for the build (tests/util/test_time.h).
 
 #include <memory>
 #include <string>

@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::http {
 namespace {
@@ -165,7 +166,8 @@ TEST(HttpServer, ConnectionsBeyondTheLimitWaitUntilOneEnds) {
   ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
   RawConnection a(server.port());
   a.Send("GET / HTTP/1.1\r\nHost: x\r\n");  // held open, unfinished
-  absl::SleepFor(absl::Milliseconds(200));  // accepted before the second arrives
+  // Accepted before the second arrives (else the second would be served first).
+  absl::SleepFor(zerod::testing::Scaled(absl::Milliseconds(200)));
   RawConnection b(server.port());
   ASSERT_TRUE(b.connected());
   b.Send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");

@@ -13,6 +13,7 @@
 #include "server/state/etcd_claim.h"
 #include "tests/util/etcd_cluster.h"
 #include "tests/util/failure_injecting_proxy.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::server {
 namespace {
@@ -20,6 +21,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using zerod::testing::EtcdCluster;
+using zerod::testing::Scaled;
 
 #define SKIP_WITHOUT_ETCD()      \
   if (!EtcdCluster::Installed()) \
@@ -29,6 +31,7 @@ EtcdOptions Options(const std::vector<std::string>& endpoints, const std::string
   EtcdOptions options;
   options.endpoints = endpoints;
   options.prefix = prefix;
+  options.request_timeout = Scaled(options.request_timeout);
   return options;
 }
 
@@ -41,7 +44,7 @@ std::unique_ptr<EtcdKvStore> Open(const EtcdOptions& options) {
 // Waits (generously) until `condition` holds; the watch brings other stores' writes a little later.
 template <typename F>
 bool Eventually(F condition) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const absl::Time deadline = absl::Now() + Scaled(absl::Seconds(30));
   while (!condition()) {
     if (absl::Now() > deadline) return false;
     absl::SleepFor(absl::Milliseconds(10));
@@ -387,7 +390,8 @@ TEST_F(EtcdKvStoreTest, TwoStoresSeeEachOthersWritesAndLoseNoIncrement) {
 
 TEST_F(EtcdKvStoreTest, AStoreFencedOnAClaimItLostWritesNothingMore) {
   EtcdOptions options = Options(cluster_->Endpoints());
-  auto first = EtcdClaim::TryAcquire(options, EtcdClaimOptions{absl::Seconds(5), "a"}, [] {});
+  auto first =
+      EtcdClaim::TryAcquire(options, EtcdClaimOptions{Scaled(absl::Seconds(5)), "a"}, [] {});
   ASSERT_TRUE(first.ok() && first->claim != nullptr) << first.status();
   options.fence_key = first->claim->key();
   options.fence_create_revision = first->claim->create_revision();
@@ -397,7 +401,7 @@ TEST_F(EtcdKvStoreTest, AStoreFencedOnAClaimItLostWritesNothingMore) {
   // The claim goes (its holder paused past the lease, say) and another member takes it.
   first->claim.reset();
   auto second = EtcdClaim::TryAcquire(Options(cluster_->Endpoints()),
-                                      EtcdClaimOptions{absl::Seconds(5), "b"}, [] {});
+                                      EtcdClaimOptions{Scaled(absl::Seconds(5)), "b"}, [] {});
   ASSERT_TRUE(second.ok() && second->claim != nullptr) << second.status();
   auto late = fenced->CommitSync({KvOp::Put("k", "after losing it"), KvOp::Add("n", 1)});
   ASSERT_FALSE(late.ok());
@@ -411,7 +415,7 @@ TEST_F(EtcdKvStoreTest, AStoreFencedOnAClaimItLostWritesNothingMore) {
 
 TEST_F(EtcdKvStoreTest, EveryMemberDownFailsCommitsUnavailableNamingTheEndpoints) {
   EtcdOptions options = Options(cluster_->Endpoints());
-  options.request_timeout = absl::Seconds(3);
+  options.request_timeout = Scaled(absl::Seconds(3));
   options.unavailable_for = absl::Seconds(2);
   auto kv = Open(options);
   ASSERT_NE(kv, nullptr);
@@ -438,7 +442,7 @@ TEST_F(EtcdKvStoreTest, EveryMemberDownFailsCommitsUnavailableNamingTheEndpoints
 
 TEST_F(EtcdKvStoreTest, ClosingWhileEtcdIsDownFailsQueuedCommits) {
   EtcdOptions options = Options(cluster_->Endpoints());
-  options.request_timeout = absl::Seconds(1);
+  options.request_timeout = Scaled(absl::Seconds(1));
   auto kv = Open(options);
   ASSERT_NE(kv, nullptr);
   cluster_->Kill(0);
@@ -460,7 +464,7 @@ TEST_F(EtcdKvStoreTest, ClosingWhileEtcdIsDownFailsQueuedCommits) {
 TEST_F(EtcdKvStoreTest, ACommitWhoseReplyWasLostIsAppliedOnce) {
   zerod::testing::FailureInjectingProxy proxy(cluster_->Endpoint(0));
   EtcdOptions options = Options({proxy.address()});
-  options.request_timeout = absl::Seconds(2);
+  options.request_timeout = Scaled(absl::Seconds(2));
   auto kv = Open(options);
   auto direct = Open(Options(cluster_->Endpoints()));
   ASSERT_NE(kv, nullptr);
@@ -493,7 +497,7 @@ TEST_F(EtcdKvStoreTest, ACommitWhoseReplyWasLostIsAppliedOnce) {
 
 TEST(EtcdKvStore, OpenWithNoEtcdIsUnavailableNamingTheEndpoints) {
   EtcdOptions options = Options({"127.0.0.1:1"});
-  options.request_timeout = absl::Seconds(2);
+  options.request_timeout = Scaled(absl::Seconds(2));
   auto kv = EtcdKvStore::Open(options);
   EXPECT_EQ(kv.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(kv.status().message(), HasSubstr("etcd at 127.0.0.1:1"));
@@ -505,7 +509,7 @@ TEST(EtcdKvStoreCluster, EveryAcknowledgedCommitSurvivesTheLeadersDeath) {
   EtcdCluster cluster(3);
   ASSERT_EQ(cluster.error(), "");
   EtcdOptions options = Options(cluster.Endpoints());
-  options.request_timeout = absl::Seconds(2);
+  options.request_timeout = Scaled(absl::Seconds(2));
   auto kv = Open(options);
   ASSERT_NE(kv, nullptr);
   std::atomic<int> acknowledged{0};
