@@ -19,24 +19,41 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(HERE))
 
 
+def time_scale():
+    """How much slower than an idle optimized build real time passes for this run:
+    $ZEROD_TEST_TIME_SCALE (a number from 1 to 100, as tests/util/test_time.h reads it), else 1.
+    These tests run in the optimized build only."""
+    try:
+        value = float(os.environ.get("ZEROD_TEST_TIME_SCALE", ""))
+    except ValueError:
+        return 1.0
+    return value if 1 <= value <= 100 else 1.0
+
+
+def scaled(seconds):
+    """A real-time bound in seconds (a timeout, a lease, a wait) scaled for this run."""
+    return seconds * time_scale()
+
+
 @pytest.fixture(scope="session")
 def zerod_endpoint():
     work = tempfile.mkdtemp(prefix="zt-test-")
     sock = os.path.join(work, "zerod.sock")
     log = open(os.path.join(work, "zerod.log"), "w")
+    # zerod's default lease (10 s), scaled: the ranks of a loaded run keep theirs.
     daemon = subprocess.Popen([str(BUILD / "bin" / "zerod"), "--socket", sock, "--listen", "",
-                               "--data-dir", os.path.join(work, "data"), "--log-level", "warn"],
+                               "--data-dir", os.path.join(work, "data"), "--log-level", "warn",
+                               "--lease-ttl", f"{int(scaled(10) * 1000)}ms"],
                               stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(400):
-        if os.path.exists(sock):
-            break
+    deadline = time.monotonic() + scaled(10)
+    while not os.path.exists(sock):
+        if time.monotonic() > deadline:
+            daemon.kill()
+            raise RuntimeError(f"zerod did not start; see {work}/zerod.log")
         time.sleep(0.025)
-    else:
-        daemon.kill()
-        raise RuntimeError(f"zerod did not start; see {work}/zerod.log")
     yield f"unix://{sock}"
     daemon.terminate()
-    daemon.wait(timeout=30)
+    daemon.wait(timeout=scaled(30))
 
 
 _jobs = [0]
@@ -53,15 +70,17 @@ def env_for(endpoint):
 
 @pytest.fixture
 def run_job(zerod_endpoint, tmp_path):
-    """run_job(n, [script, args...]) -> (returncode, output), ranks launched by zerorun."""
+    """run_job(n, [script, args...]) -> (returncode, output), ranks launched by zerorun; `timeout`
+    in seconds on an idle optimized build (scaled)."""
 
     def run(ranks, argv, expect_ok=True, timeout=300, zerorun_flags=()):
         _jobs[0] += 1
         job = f"pytest-{os.getpid()}-{_jobs[0]}"
         cmd = [str(BUILD / "bin" / "zerorun"), "-n", str(ranks), "--job", job, *zerorun_flags,
                "--", "/usr/bin/python3", *argv]
-        done = subprocess.run(cmd, env=env_for(zerod_endpoint), cwd=tmp_path, timeout=timeout,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        done = subprocess.run(cmd, env=env_for(zerod_endpoint), cwd=tmp_path,
+                              timeout=scaled(timeout), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
         if expect_ok and done.returncode != 0:
             raise AssertionError(f"job failed ({done.returncode}):\n{done.stdout[-6000:]}")
         return done.returncode, done.stdout

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import BUILD, HERE, env_for
+from conftest import BUILD, HERE, env_for, scaled
 
 WORKER = str(HERE / "zt_checkpoint_worker.py")
 K, N = 3, 3  # steps before the save, steps after it
@@ -20,7 +20,7 @@ def first_run(zerod_endpoint, tmp_path_factory):
     spec = {"phase": "first", "stage": 2, "k": K, "n": N, "ckpt": str(out / "ckpt")}
     cmd = [str(BUILD / "bin" / "zerorun"), "-n", "2", "--job", f"ckpt-first-{out.name}", "--",
            "/usr/bin/python3", WORKER, json.dumps(spec), str(out)]
-    done = subprocess.run(cmd, env=env_for(zerod_endpoint), cwd=out, timeout=300,
+    done = subprocess.run(cmd, env=env_for(zerod_endpoint), cwd=out, timeout=scaled(300),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert done.returncode == 0, done.stdout[-6000:]
     return out, [torch.load(out / f"first-rank{r}.pt") for r in range(2)]
@@ -60,7 +60,7 @@ def test_zeroctl_lists_the_saved_checkpoint_as_complete(zerod_endpoint, first_ru
     _, first = first_run
     done = subprocess.run([str(BUILD / "bin" / "zeroctl"), "checkpoints", first[0]["job"],
                            "--json"], env=env_for(zerod_endpoint), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=60)
+                          stderr=subprocess.STDOUT, text=True, timeout=scaled(60))
     assert done.returncode == 0, done.stdout
     listed = json.loads(done.stdout)["checkpoints"]
     assert [(c["step"], c["state"], c["world_size"], c["stage"], c["directory"])

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, scaled
 
 EXAMPLES = ROOT / "examples" / "torch"
 GPT = str(EXAMPLES / "gpt.py")
@@ -49,7 +49,7 @@ def run_reference(argv):
                                          env.get("PYTHONPATH", "")])
     env.setdefault("OMP_NUM_THREADS", "1")
     env.pop("ZEROD_ENDPOINT", None)
-    done = subprocess.run(["/usr/bin/python3", *argv, "--reference"], env=env, timeout=300,
+    done = subprocess.run(["/usr/bin/python3", *argv, "--reference"], env=env, timeout=scaled(300),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert done.returncode == 0, done.stdout[-6000:]
     return done.stdout

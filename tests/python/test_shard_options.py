@@ -13,7 +13,7 @@ import pytest
 import zerod.torch as zt
 from zerod import ZerodError
 import zt_models
-from conftest import BUILD, HERE, ROOT
+from conftest import BUILD, HERE, ROOT, scaled
 
 PLAN_WORKER = str(HERE / "zt_plan_worker.py")
 LAYER_BYTES = 4160 * 4  # one Linear(64, 64) of zt_plan_worker's model, in fp32
@@ -61,14 +61,14 @@ def test_joining_with_explicit_arguments_needs_no_environment(zerod_endpoint, tm
                                f"explicit-{os.getpid()}"], env=env, cwd=tmp_path, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for r in range(2)]
-    outputs = [p.communicate(timeout=300)[0] for p in ranks]
+    outputs = [p.communicate(timeout=scaled(300))[0] for p in ranks]
     for r, (p, output) in enumerate(zip(ranks, outputs)):
         assert p.returncode == 0, output
         assert f"rank {r} of 2 mean rank 0.5" in output
 
 
 def run_python(code, env):
-    return subprocess.run(["/usr/bin/python3", "-c", code], env=env, text=True, timeout=120,
+    return subprocess.run(["/usr/bin/python3", "-c", code], env=env, text=True, timeout=scaled(120),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
