@@ -13,6 +13,9 @@ std::vector<std::string> WithoutThisEnvironment(bool as_nobody) {
   std::vector<std::string> argv;
   if (as_nobody) argv = {"/usr/sbin/runuser", "-u", "nobody", "--"};
   argv.insert(argv.end(), {"/usr/bin/env", "-i", "PATH=/usr/bin:/bin"});
+  if (const char* config = std::getenv("XDG_CONFIG_HOME"); config != nullptr && !as_nobody) {
+    argv.push_back(absl::StrCat("XDG_CONFIG_HOME=", config));
+  }
   for (const char* name :
        {"TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "ZEROD_TEST_TIME_SCALE"}) {
     if (const char* value = std::getenv(name); value != nullptr) {

@@ -15,7 +15,9 @@ namespace zerod::testing {
 // The start of a command line that runs its program with nothing of this process's environment
 // but PATH, a sanitizer build's options (without them a ThreadSanitizer build's child exits 66
 // on a report inside gRPC that the suite's suppressions and log filter would have dropped) and the
-// tests' time scale (tests/util/test_time.h), as the user nobody or as this user.
+// tests' time scale (tests/util/test_time.h), as the user nobody or as this user. As this user it
+// keeps the test's config dir (XDG_CONFIG_HOME): else it would look in the user's own, where any
+// run outside ctest may have saved a token for a job of the same name.
 std::vector<std::string> WithoutThisEnvironment(bool as_nobody);
 
 // Runs `program` (a probe printing one JSON line last) with `args` that way; its JSON, or an empty
