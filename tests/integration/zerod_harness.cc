@@ -1,7 +1,9 @@
 #include "tests/integration/zerod_harness.h"
 
 #include <signal.h>
-#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -13,6 +15,21 @@
 #include "gtest/gtest.h"
 
 namespace zerod::testing {
+namespace {
+
+// Whether a plain connect to the Unix socket at `path` is accepted (something listens there).
+bool Accepts(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof(address.sun_path), "%s", path.c_str());
+  const bool accepted = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return accepted;
+}
+
+}  // namespace
 
 ZerodHarness::ZerodHarness(std::vector<std::string> flags)
     : socket_(dir_.path() + "/zerod.sock"), flags_(std::move(flags)) {}
@@ -43,12 +60,11 @@ void ZerodHarness::Start(const std::vector<std::string>& extra_flags) {
   const std::vector<std::string> argv = Argv(extra_flags);
   std::remove(socket_.c_str());  // a killed daemon's socket; the new one replaces it
   daemon_ = std::make_unique<ChildProcess>(argv, dir_.path() + "/zerod.log");
-  // Connecting before the socket exists would put the channel into reconnect backoff.
-  struct stat st {};
+  // A channel refused once (before the daemon listens) goes into reconnect backoff, and once in
+  // a while stayed refused after the daemon listened: the client connects once a plain connect is
+  // accepted.
   const absl::Time deadline = absl::Now() + Scaled(absl::Seconds(10));
-  while (stat(socket_.c_str(), &st) != 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  while (!Accepts(socket_) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
   auto client = Client();
   auto jobs = client->ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status() << "\n" << Log();
