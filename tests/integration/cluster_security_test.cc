@@ -420,7 +420,7 @@ class ImpostorLeader final : public v1::Inspect::Service, public v1::Coordinator
 };
 
 TEST_F(ClusterSecurity, AFollowerSendsNothingToALeaderWhoseCertificateIsNotTheClusters) {
-  cluster_ = std::make_unique<ZerodCluster>(*etcd_, ScaledFlag(absl::Seconds(10)), files_);
+  cluster_ = std::make_unique<ZerodCluster>(*etcd_, absl::Seconds(10), files_);
   ASSERT_EQ(cluster_->error(), "");
   const std::string rogue = files_.path() + "/rogue";
   ASSERT_EQ(mkdir(rogue.c_str(), 0700), 0);
