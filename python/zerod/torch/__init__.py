@@ -36,6 +36,7 @@ from zerod._native import INVALID_ARGUMENT, FAILED_PRECONDITION, Session, ZerodE
 from zerod.torch import _layout
 from zerod.torch import _arguments
 from zerod.torch import _optimizer
+from zerod.torch import _training_state
 from zerod.torch._arguments import bad as _bad
 from zerod.torch._memory import DTYPES
 from zerod.torch._optimizer import ZeroOptimizer
@@ -419,7 +420,7 @@ def _module_state(rt, scheduler):
     parameter-group hyperparameters, and the LR scheduler's state when given."""
     state = {"buffers": {n: b.detach().to("cpu").clone() for n, b in rt.model.named_buffers()},
              "frozen": {n: p.detach().to("cpu").clone() for n, p in rt.frozen},
-             **_optimizer.training_state(rt.optimizer, scheduler)}
+             **_training_state.training_state(rt.optimizer, scheduler)}
     out = io.BytesIO()
     torch.save(state, out)
     return out.getvalue()
@@ -437,6 +438,7 @@ def _restore_module_state(rt, extra, directory, scheduler):
         return
     # weights_only: a checkpoint is data; a tampered one must not run code when loaded.
     state = torch.load(io.BytesIO(extra), map_location="cpu", weights_only=True)
+    restore_optimizer = _training_state.prepare_restore(rt.optimizer, state, scheduler, directory)
     targets = [("buffer", dict(rt.model.named_buffers()), state.get("buffers", {})),
                ("frozen parameter", dict(rt.frozen), state.get("frozen", {}))]
     with torch.no_grad():
@@ -451,7 +453,7 @@ def _restore_module_state(rt, extra, directory, scheduler):
                         f"zt.load: {kind} '{name}' has shape {tuple(saved[name].shape)} in "
                         f"{directory}, the module's is {tuple(value.shape)}"))
                 value.copy_(saved[name])
-    _optimizer.restore_training_state(rt.optimizer, state, scheduler, directory)
+    restore_optimizer()
 
 
 def save(directory, keep_last=0, user=None, scheduler=None):
@@ -473,7 +475,7 @@ def save(directory, keep_last=0, user=None, scheduler=None):
 def _save(directory, keep_last, user, record, scheduler=None):
     rt = _require()
     name = "zt.save" if record else "zt.snapshot"
-    _optimizer.check_scheduler(rt.optimizer, scheduler, name)
+    _training_state.check_scheduler(rt.optimizer, scheduler, name)
     if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 0:
         raise ZerodError(INVALID_ARGUMENT, (
             f"{name}: keep_last must be an integer >= 0 (0 keeps every checkpoint), not "
@@ -507,7 +509,7 @@ def load(directory, scheduler=None):
     scheduler: the LR scheduler to restore from the checkpoint (saved with zt.save(...,
     scheduler=))."""
     rt = _require()
-    _optimizer.check_scheduler(rt.optimizer, scheduler, "zt.load")
+    _training_state.check_scheduler(rt.optimizer, scheduler, "zt.load")
     loaded = rt.session.load(os.fspath(directory))
     return None if loaded is None else _restored(rt, loaded, scheduler)
 
@@ -542,7 +544,7 @@ def resume(directory=None, scheduler=None):
             if step % 100 == 99: zt.save("ckpts", keep_last=3)
     """
     rt = _require()
-    _optimizer.check_scheduler(rt.optimizer, scheduler, "zt.resume")
+    _training_state.check_scheduler(rt.optimizer, scheduler, "zt.resume")
     roots = [r for r in (os.environ.get("ZEROD_SNAPSHOT_DIR"), directory) if r]
     if not roots:
         return None

@@ -12,14 +12,11 @@
   zt.load reshard.
 """
 
-import base64
 import ctypes
 import hashlib
 import inspect
-import io
 import math
 import numbers
-import pickle
 
 import torch
 
@@ -248,6 +245,15 @@ class ZeroOptimizer(torch.optim.Optimizer):
             shard[name] = values
         return {"state": {"zerod": shard}, "param_groups": self._groups_out()}
 
+    def param_names(self):
+        """Each group's parameters by name: the layout's name for those zerod holds, the
+        module's for frozen ones."""
+        names = {id(e.param): e.name for e in self._runtime.trainable}
+        for name, p in self._runtime.model.named_parameters():
+            names.setdefault(id(p), name)
+        return [[names.get(id(p), f"a tensor of shape {tuple(p.shape)}") for p in g["params"]]
+                for g in self.param_groups]
+
     def load_state_dict(self, state_dict):
         """The hyperparameters of every group, and this rank's shard (a collective at stages 1-2:
         every rank calls it)."""
@@ -297,6 +303,27 @@ class ZeroOptimizer(torch.optim.Optimizer):
                 f"fp32 master copy, which {rt.dtype_name} training needs: resume with zt.load"))
 
 
+def group_difference(saved, mine):
+    """Where saved groups of parameter names (a list per group) differ from `mine` as text
+    ("'x' in param_groups[0]; this optimizer has it in param_groups[1]"), or None. Order within
+    a group does not matter: hyperparameters are per group, state per parameter."""
+    if not isinstance(saved, list) or not all(
+            isinstance(g, list) and all(isinstance(n, str) for n in g) for g in saved):
+        return "parameter names that are not a list of lists of names"
+
+    theirs = {n: gi for gi, g in enumerate(saved) for n in g}
+    ours = {n: gi for gi, g in enumerate(mine) for n in g}
+    for name, gi in list(theirs.items()) + [(n, None) for n in ours if n not in theirs]:
+        if ours.get(name) != gi:
+            return (f"{name!r} in {_group_text(gi)}; this optimizer has it in "
+                    f"{_group_text(ours.get(name))}")
+    return None
+
+
+def _group_text(index):
+    return "no group" if index is None else f"param_groups[{index}]"
+
+
 _WHICH = {"master": 0, "exp_avg": 1, "exp_avg_sq": 2}
 
 
@@ -334,103 +361,3 @@ def delegate(source, zero):
     source.state_dict = zero.state_dict
     source.load_state_dict = zero.load_state_dict
     source.add_param_group = zero.add_param_group
-
-
-# ---- checkpoints (zt.save / zt.load) -----------------------------------------------------------
-
-def check_scheduler(optimizer, scheduler, name):
-    """A scheduler given to zt.save / zt.load must drive this job's optimizer."""
-    if scheduler is None:
-        return
-    if not (hasattr(scheduler, "state_dict") and hasattr(scheduler, "load_state_dict")):
-        raise ZerodError(INVALID_ARGUMENT, (
-            f"{name}: scheduler must be a torch LR scheduler (with state_dict and "
-            f"load_state_dict), not {type(scheduler).__name__}"))
-    target = getattr(scheduler, "optimizer", None)
-    if target is not None and target is not optimizer and \
-            getattr(target, "param_groups", None) is not optimizer.param_groups:
-        raise ZerodError(INVALID_ARGUMENT, (
-            f"{name}: the scheduler drives another optimizer than the one zt.shard returned"))
-
-
-def training_state(optimizer, scheduler):
-    """What a checkpoint keeps of the optimizer beside the engine's state, as text for the
-    module-state file: each group's hyperparameters, and the scheduler's state dict without the
-    callables (a LambdaLR's lambdas, as torch's own state_dict leaves them out)."""
-    groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-    state = {"param_groups": groups}
-    if scheduler is not None:
-        state["scheduler"] = {k: v for k, v in scheduler.state_dict().items() if not callable(v)}
-    return {"optimizer": base64.b64encode(pickle.dumps(_untensor(state))).decode("ascii")}
-
-
-def restore_training_state(optimizer, saved, scheduler, directory):
-    text = saved.get("optimizer")
-    state = {} if text is None else _load_data(text, directory)  # None: an older checkpoint
-    groups = state.get("param_groups")
-    if groups is not None:
-        if len(groups) != len(optimizer.param_groups):
-            raise ZerodError(FAILED_PRECONDITION, (
-                f"zt.load: {directory} was saved with {len(groups)} parameter group(s); this "
-                f"optimizer has {len(optimizer.param_groups)}"))
-        for gi, (group, mine) in enumerate(zip(groups, optimizer.param_groups)):
-            group_config(group, gi, optimizer._decoupled)
-            mine.update(group)
-    if scheduler is not None:
-        if state.get("scheduler") is None:
-            raise ZerodError(FAILED_PRECONDITION, (
-                f"zt.load: {directory} holds no scheduler state (save with zt.save(dir, "
-                "scheduler=...) to keep it)"))
-        scheduler.load_state_dict(state["scheduler"])
-
-
-# A checkpoint is data: what it holds of the optimizer is unpickled with these classes only (the
-# containers schedulers keep, e.g. MultiStepLR's Counter), and tensors travel as plain lists.
-_DATA_CLASSES = {("collections", "Counter"), ("collections", "OrderedDict"),
-                 ("collections", "defaultdict")} | {
-    ("builtins", name) for name in ("set", "frozenset", "complex", "int", "float", "list", "dict",
-                                    "tuple", "str", "bool")}
-_TENSOR_TAG = "__zerod_tensor__"
-
-
-def _mapped(value, fn):
-    """`value` with fn applied to every element of its containers, their types kept (a Counter
-    stays a Counter, a tuple a tuple)."""
-    if isinstance(value, dict):
-        out = value.copy()
-        for k, v in value.items():
-            out[k] = fn(v)
-        return out
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
-        return type(value)(*(fn(v) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(fn(v) for v in value)
-    return value
-
-
-def _untensor(value):
-    if isinstance(value, torch.Tensor):
-        return (_TENSOR_TAG, str(value.dtype).replace("torch.", ""), list(value.shape),
-                value.detach().cpu().reshape(-1).tolist())
-    return _mapped(value, _untensor)
-
-
-def _retensor(value):
-    if isinstance(value, tuple) and len(value) == 4 and value[0] == _TENSOR_TAG:
-        return torch.tensor(value[3], dtype=getattr(torch, value[1])).reshape(value[2])
-    return _mapped(value, _retensor)
-
-
-class _DataUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        if (module, name) in _DATA_CLASSES:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
-
-
-def _load_data(text, directory):
-    try:
-        return _retensor(_DataUnpickler(io.BytesIO(base64.b64decode(text))).load())
-    except (pickle.UnpicklingError, ValueError, EOFError, TypeError, AttributeError) as e:
-        raise ZerodError(FAILED_PRECONDITION, (
-            f"zt.load: the optimizer state in {directory} does not load as data ({e})")) from None
