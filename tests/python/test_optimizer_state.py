@@ -1,7 +1,8 @@
-"""What zt.save / zt.load keep of the optimizer, in this
+"""What zt.save / zt.load and opt.state_dict() / load_state_dict() keep of the optimizer, in this
 process as a job of one: a scheduler state that saves always loads (or the save names what it
 cannot keep), parameter groups restored by their parameters and not by position, a checkpoint
-treated as data (a tampered one is refused with a ZerodError and runs no code)."""
+treated as data (a tampered one is refused with a ZerodError and runs no code), and a shard
+checked whole before anything changes."""
 
 import base64
 import os
@@ -242,3 +243,83 @@ def test_tensors_in_a_scheduler_state_come_back_as_saved(one_rank_job, tmp_path)
     zt.load(tmp_path, scheduler=sched)
     assert torch.equal(sched.extra["table"], torch.arange(6).reshape(2, 3))
     assert sched.extra["half"].dtype == torch.bfloat16
+
+
+# ---- M4: opt.load_state_dict checks everything before it changes anything --------------------
+
+def _snapshot(opt):
+    state = opt.state_dict()
+    return [dict(g) for g in opt.param_groups], state["state"]["zerod"]
+
+
+def _unchanged(opt, before):
+    groups, shard = _snapshot(opt)
+    assert groups == before[0]
+    for name in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(shard[name], before[1][name]), name
+    assert shard["counters"] == before[1]["counters"]
+
+
+def _bad_shards(shard):
+    steps = shard["counters"]["tensor_steps"]
+    return [
+        (dict(shard, format=2), r"format 2; this zerod reads format 1"),
+        (dict(shard, dtype="bf16"), r"saved in bf16 training; this job trains in fp32"),
+        (dict(shard, tensors=list(reversed(shard["tensors"]))),
+         r"tensor 0 is '1.bias' in the shard; this model's is '0.weight'"),
+        (dict(shard, shapes=[[9, 1]] + shard["shapes"][1:]),
+         r"'0.weight' has shape \[9, 1\] in the shard; this model's is \[3, 3\]"),
+        (dict(shard, runs=[(0, 6)]), r"the shard holds elements \[0, 6\) of the model; this "
+                                     r"rank holds \[0, 24\): it was saved by another model"),
+        ({k: v for k, v in shard.items() if k != "exp_avg_sq"}, r"holds no 'exp_avg_sq'"),
+        (dict(shard, exp_avg=shard["exp_avg"][:5]), r"'exp_avg' has 5 elements; this rank "
+                                                    "holds 24"),
+        (dict(shard, counters=dict(shard["counters"], tensor_steps=steps + [1])),
+         r"counters: tensor_steps has 5 entries for 4 tensors"),
+        (dict(shard, counters=dict(shard["counters"], tensor_steps=[99] * len(steps))),
+         r"counters: tensor_steps\[0\] = 99 is outside \[0, 1\]"),
+        (dict(shard, counters={}), r"counters: 'applied_steps' is missing"),
+        (dict(shard, param_names=[["0.weight"], ["1.weight", "0.bias", "1.bias"]]),
+         r"the shard has '1.weight' in param_groups\[1\]; this optimizer has it in "
+         r"param_groups\[0\]"),
+    ]
+
+
+def test_load_state_dict_refuses_another_shard_changing_nothing(one_rank_job):
+    model, opt = sharded(1)
+    train(model, opt)
+    saved = opt.state_dict()
+    shard = saved["state"]["zerod"]
+    saved["param_groups"][0]["lr"] = 0.5  # would change, if the shard loaded
+    train(model, opt)
+    before = _snapshot(opt)
+    for bad, message in _bad_shards(shard):
+        with pytest.raises(ZerodError, match=message):
+            opt.load_state_dict({"state": {"zerod": bad}, "param_groups": saved["param_groups"]})
+        _unchanged(opt, before)
+    message = str(pytest.raises(ZerodError, opt.load_state_dict,
+                                {"state": {"zerod": dict(shard, runs=[(0, 6)])},
+                                 "param_groups": saved["param_groups"]}).value)
+    assert "rank 0 of 1" not in message  # the same on both sides: not the problem
+    broken = [dict(saved["param_groups"][0], lr="high"), saved["param_groups"][1]]
+    with pytest.raises(ZerodError, match=r"param_groups\[0\]\['lr'\] = 'high'"):
+        opt.load_state_dict({"state": {"zerod": shard}, "param_groups": broken})
+    _unchanged(opt, before)
+    no_params = [{"lr": 0.1}, saved["param_groups"][1]]
+    with pytest.raises(ZerodError, match=r"param_groups\[0\] is not a dict with 'params'"):
+        opt.load_state_dict({"state": {"zerod": shard}, "param_groups": no_params})
+    opt.load_state_dict(saved)
+    assert opt.param_groups[0]["lr"] == 0.5
+
+
+def test_load_state_dict_refuses_groups_built_in_another_order(one_rank_job, monkeypatch):
+    model, opt = sharded(1)
+    train(model, opt)
+    saved = opt.state_dict()
+    new_job(monkeypatch, "reordered")
+    model, opt = sharded(1, weights_first=False)
+    before = _snapshot(opt)
+    with pytest.raises(ZerodError, match=r"the shard has '0.weight' in param_groups\[0\]; this "
+                                         r"optimizer has it in param_groups\[1\]"):
+        opt.load_state_dict(saved)
+    _unchanged(opt, before)

@@ -230,16 +230,19 @@ class ZeroOptimizer(torch.optim.Optimizer):
         """{"state": {"zerod": this rank's shard}, "param_groups": torch's groups (params as
         indices)}. The shard: the elements this rank holds (model coordinates), Adam's moments
         (and the fp32 master with bf16/fp16 parameters), each tensor's step count (counters'
-        tensor_steps, in the order of "tensors"), the loss scale."""
+        tensor_steps, in the order of "tensors", with their "shapes"), the loss scale, and each
+        group's parameters by name ("param_names"), which load_state_dict checks."""
         rt = self._runtime
         info = rt.session.state_info()
+        entries = sorted(rt.trainable, key=lambda e: e.index)
         shard = {"format": STATE_FORMAT, "rank": rt.info["rank"],
                  "world_size": rt.info["world_size"], "stage": rt.stage,
                  "dtype": rt.dtype_name, "runs": [tuple(r) for r in info["runs"]],
                  "counters": info["counters"],
-                 "tensors": [e.name for e in sorted(rt.trainable, key=lambda e: e.index)]}
-        names = ("exp_avg", "exp_avg_sq") + (("master",) if rt.dtype_name != "fp32" else ())
-        for name in names:
+                 "tensors": [e.name for e in entries],
+                 "shapes": [list(rt.shapes[e.index]) for e in entries],
+                 "param_names": self.param_names()}
+        for name in _held_state(rt.dtype_name):
             values = torch.empty(info["numel"], dtype=torch.float32)
             rt.session.read_state(_WHICH[name], values.data_ptr(), values.numel())
             shard[name] = values
@@ -256,51 +259,147 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict):
         """The hyperparameters of every group, and this rank's shard (a collective at stages 1-2:
-        every rank calls it)."""
+        every rank calls it). Everything is checked before anything changes."""
+        groups, shard = self._checked(state_dict)
         rt = self._runtime
-        if not isinstance(state_dict, dict) or "param_groups" not in state_dict:
-            raise ZerodError(INVALID_ARGUMENT, (
-                "opt.load_state_dict: expected a dict from opt.state_dict() (with 'state' and "
-                "'param_groups')"))
-        groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups) or any(
-                len(g["params"]) != len(mine["params"]) for g, mine in zip(groups, self.param_groups)):
-            raise ZerodError(INVALID_ARGUMENT, (
-                f"opt.load_state_dict: the state dict has {len(groups)} parameter group(s) of "
-                f"{[len(g['params']) for g in groups]} parameters; this optimizer has "
-                f"{[len(g['params']) for g in self.param_groups]}"))
-        shard = state_dict.get("state", {}).get("zerod")
-        if shard is None:
-            raise ZerodError(INVALID_ARGUMENT, (
-                "opt.load_state_dict: the state dict holds no zerod shard (state['zerod']): load "
-                "one from opt.state_dict() of a sharded optimizer, or resume with zt.load"))
-        self._check_shard(shard)
-        for gi, (saved, mine) in enumerate(zip(groups, self.param_groups)):
-            group_config(saved, gi, self._decoupled)
-            mine.update({k: v for k, v in saved.items() if k != "params"})
-        for name in ("exp_avg", "exp_avg_sq", "master"):
-            if name in shard:
-                values = shard[name].to(torch.float32).contiguous()
-                rt.session.write_state(_WHICH[name], values.data_ptr(), values.numel())
+        for name in _held_state(rt.dtype_name):
+            values = shard[name].to(torch.float32).contiguous()
+            rt.session.write_state(_WHICH[name], values.data_ptr(), values.numel())
         rt.session.finish_restore(shard["counters"])
+        for group, saved in zip(self.param_groups, groups):
+            group.update({k: v for k, v in saved.items() if k != "params"})
 
-    def _check_shard(self, shard):
-        rt = self._runtime
-        info = rt.session.state_info()
-        saved = (shard.get("rank"), shard.get("world_size"), shard.get("stage"))
-        here = (rt.info["rank"], rt.info["world_size"], rt.stage)
-        if saved != here or [tuple(r) for r in shard.get("runs", [])] != \
-                [tuple(r) for r in info["runs"]]:
-            raise ZerodError(FAILED_PRECONDITION, (
-                f"opt.load_state_dict: the shard is rank {saved[0]} of {saved[1]} at stage "
-                f"{saved[2]}; this is rank {here[0]} of {here[1]} at stage {here[2]}: each "
-                "rank's state dict holds its own part of the optimizer state, so load the one "
-                "this rank saved in a job of the same world size and stage (zt.save and zt.load "
-                "reshard to any)"))
-        if rt.dtype_name != "fp32" and "master" not in shard:
-            raise ZerodError(FAILED_PRECONDITION, (
-                f"opt.load_state_dict: the shard was saved in {shard.get('dtype')} and holds no "
-                f"fp32 master copy, which {rt.dtype_name} training needs: resume with zt.load"))
+    def _checked(self, state_dict):
+        """(param_groups, shard) of a state dict that loads here, or ZerodError naming why not."""
+        if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict) or \
+                not isinstance(state_dict.get("param_groups"), list):
+            raise _load_error(INVALID_ARGUMENT, (
+                "expected a dict from opt.state_dict() (with 'state' and 'param_groups')"))
+        groups = state_dict["param_groups"]
+        for gi, g in enumerate(groups):
+            if not isinstance(g, dict) or not isinstance(g.get("params"), list):
+                raise _load_error(INVALID_ARGUMENT, f"param_groups[{gi}] is not a dict with "
+                                                    "'params' (a list)")
+        sizes = [len(g["params"]) for g in groups]
+        mine = [len(g["params"]) for g in self.param_groups]
+        if sizes != mine:
+            raise _load_error(INVALID_ARGUMENT, (
+                f"the state dict has {len(groups)} parameter group(s) of {sizes} parameters; this "
+                f"optimizer has {mine}"))
+        shard = state_dict["state"].get("zerod")
+        if not isinstance(shard, dict):
+            raise _load_error(INVALID_ARGUMENT, (
+                "the state dict holds no zerod shard (state['zerod']): load one from "
+                "opt.state_dict() of a sharded optimizer, or resume with zt.load"))
+        problem = _shard_problem(self, shard)
+        if problem is not None:
+            raise _load_error(FAILED_PRECONDITION, problem)
+        for gi, (saved, mine) in enumerate(zip(groups, self.param_groups)):
+            group_config({**mine, **{k: v for k, v in saved.items() if k != "params"}}, gi,
+                         self._decoupled)
+        return groups, shard
+
+
+def _load_error(code, message):
+    return ZerodError(code, f"opt.load_state_dict: {message}")
+
+
+def _held_state(dtype_name):
+    """The state tensors a shard holds: Adam's moments, and the fp32 master below fp32."""
+    return ("exp_avg", "exp_avg_sq") + (("master",) if dtype_name != "fp32" else ())
+
+
+def _runs_text(runs):
+    shown = ", ".join(f"[{o}, {o + n})" for o, n in runs[:4])
+    return shown + (f" and {len(runs) - 4} more runs" if len(runs) > 4 else "")
+
+
+def _first_difference(saved, mine):
+    """(index, saved item, my item) where two lists first differ (None past an end), or None."""
+    for i in range(max(len(saved), len(mine))):
+        a = saved[i] if i < len(saved) else None
+        b = mine[i] if i < len(mine) else None
+        if a != b:
+            return i, a, b
+    return None
+
+
+def _shard_problem(opt, shard):
+    """Why `shard` (opt.state_dict()["state"]["zerod"]) is not this rank's state of this model,
+    plan and dtype, or None."""
+    rt = opt._runtime
+    info = rt.session.state_info()
+    entries = sorted(rt.trainable, key=lambda e: e.index)
+    if shard.get("format") != STATE_FORMAT:
+        return (f"the shard has format {shard.get('format')!r}; this zerod reads format "
+                f"{STATE_FORMAT}")
+    saved = (shard.get("rank"), shard.get("world_size"), shard.get("stage"))
+    here = (rt.info["rank"], rt.info["world_size"], rt.stage)
+    if saved != here:
+        return (f"the shard is rank {saved[0]} of {saved[1]} at stage {saved[2]}; this is rank "
+                f"{here[0]} of {here[1]} at stage {here[2]}: each rank's state dict holds its own "
+                "part of the optimizer state, so load the one this rank saved in a job of the "
+                "same world size and stage (zt.save and zt.load reshard to any)")
+    if shard.get("dtype") != rt.dtype_name:
+        return (f"the shard was saved in {shard.get('dtype')} training; this job trains in "
+                f"{rt.dtype_name}: load one saved with the same dtype, or resume with zt.load")
+    differ = _first_difference(list(shard.get("tensors") or []), [e.name for e in entries])
+    if differ is not None:
+        return (f"tensor {differ[0]} is {differ[1]!r} in the shard; this model's is "
+                f"{differ[2]!r}: it was saved from another model")
+    if "shapes" in shard:
+        mine = [list(rt.shapes[e.index]) for e in entries]
+        differ = _first_difference([list(s) for s in shard["shapes"]], mine)
+        if differ is not None:
+            return (f"{entries[differ[0]].name!r} has shape {differ[1]} in the shard; this "
+                    f"model's is {differ[2]}: it was saved from another model")
+    runs, held = [tuple(r) for r in shard.get("runs") or []], [tuple(r) for r in info["runs"]]
+    if runs != held:
+        return (f"the shard holds elements {_runs_text(runs)} of the model; this rank holds "
+                f"{_runs_text(held)}: it was saved by another model or plan")
+    if "param_names" in shard:
+        moved = group_difference(shard["param_names"], opt.param_names())
+        if moved is not None:
+            return f"the shard has {moved}"
+    for name in _held_state(rt.dtype_name):
+        values = shard.get(name)
+        if values is None:
+            return f"the shard holds no {name!r}"
+        if not isinstance(values, torch.Tensor) or not values.is_floating_point() or \
+                values.numel() != info["numel"]:
+            got = f"{values.numel()} elements" if isinstance(values, torch.Tensor) else \
+                f"a {type(values).__name__}"
+            return f"{name!r} has {got}; this rank holds {info['numel']} floats"
+    return _counters_problem(shard.get("counters"), len(entries))
+
+
+_COUNTERS = ("applied_steps", "steps_taken", "clean_steps", "hysteresis_left")
+
+
+def _counters_problem(counters, tensors):
+    """Why the shard's counters would not restore (the engine's checks, before any change)."""
+    if not isinstance(counters, dict):
+        return "counters: not a dict"
+    for key in _COUNTERS + ("loss_scale", "tensor_steps"):
+        if key not in counters:
+            return f"counters: {key!r} is missing"
+    for key in _COUNTERS:
+        if type(counters[key]) is not int or counters[key] < 0:
+            return f"counters: {key} = {counters[key]!r} is not an integer >= 0"
+    applied = counters["applied_steps"]
+    if counters["steps_taken"] < applied:
+        return (f"counters: steps_taken = {counters['steps_taken']} is below applied_steps = "
+                f"{applied}")
+    if not (_real(counters["loss_scale"]) or 0) > 0:
+        return f"counters: loss_scale = {counters['loss_scale']!r} is not a number > 0"
+    steps = counters["tensor_steps"]
+    if not isinstance(steps, list) or len(steps) not in (0, tensors):
+        count = len(steps) if isinstance(steps, list) else type(steps).__name__
+        return f"counters: tensor_steps has {count} entries for {tensors} tensors"
+    for i, n in enumerate(steps):
+        if type(n) is not int or not 0 <= n <= applied:
+            return f"counters: tensor_steps[{i}] = {n!r} is outside [0, {applied}]"
+    return None
 
 
 def group_difference(saved, mine):
