@@ -84,3 +84,18 @@ def test_buffers_of_every_dtype_come_from_rank_0(run_job, tmp_path):
             got, want = res["raw_buffers"][name], getattr(initial, name)
             assert got.dtype == want.dtype and torch.equal(got, want), (res["rank"], name)
     assert_matches(results, zt_reference.run(spec, 2))
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_head_used_on_some_steps_follows_zero_grad(run_job, tmp_path, stage, set_to_none):
+    # The extra head is used on steps 0 and 3 only. With set_to_none=True torch skips it on the
+    # other steps (no moment decay, no weight decay); with False it steps on zeros. The
+    # reference follows the same zero_grad, whatever torch's default is (True from torch 2.0).
+    spec = {"model": "sometimes", "stage": stage, "steps": 5, "weight_decay": 0.1,
+            "set_to_none": set_to_none}
+    reference = zt_reference.run(spec, 2)
+    other = zt_reference.run(dict(spec, set_to_none=not set_to_none), 2)
+    assert not torch.equal(reference["states"][0]["extra.weight"],
+                           other["states"][0]["extra.weight"])  # the two differ: a real check
+    assert_matches(train(run_job, tmp_path, spec, 2), reference)

@@ -95,6 +95,24 @@ class Reused(nn.Module):
         return self.out(h)
 
 
+class Sometimes(nn.Module):
+    """A second head that every third forward uses (counted per call, so that every rank and each
+    replica of the reference agree): after zero_grad(set_to_none=True) torch skips it on the
+    other steps; after zero_grad(set_to_none=False) it steps on zeros once used."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(IN, 9)
+        self.out = nn.Linear(9, OUT)
+        self.extra = nn.Linear(9, OUT)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = torch.tanh(self.body(x))
+        return self.out(h) + self.extra(h) if self.calls % 3 == 1 else self.out(h)
+
+
 class OutsideUse(nn.Module):
     """The root's forward uses emb.weight directly, outside the embedding's own forward."""
 
@@ -138,7 +156,8 @@ class WithBuffers(Nested):
 
 
 MODELS = {"buffers": WithBuffers, "elementwise": Elementwise, "nested": Nested, "tied": Tied,
-          "frozen": Frozen, "batchnorm": WithBatchNorm, "reused": Reused, "outside": OutsideUse}
+          "frozen": Frozen, "batchnorm": WithBatchNorm, "reused": Reused, "outside": OutsideUse,
+          "sometimes": Sometimes}
 TOKEN_MODELS = {"tied", "outside"}
 
 

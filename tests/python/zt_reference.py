@@ -12,6 +12,7 @@ import copy
 import torch
 
 import zt_models
+from zerod.torch._optimizer import TORCH_SET_TO_NONE
 
 
 def run(spec, world):
@@ -24,6 +25,8 @@ def run(spec, world):
     accumulation = spec.get("shard", {}).get("gradient_accumulation_steps", 1)
     global_batch = spec.get("batch", 6)
     local = global_batch // world
+    # The workers' opt.zero_grad(): torch's default (False in 1.x, True from 2.0) unless named.
+    set_to_none = spec.get("set_to_none", TORCH_SET_TO_NONE)
     losses = []
     for step in range(spec["steps"]):
         grads = [torch.zeros_like(p) for p in master]
@@ -37,7 +40,7 @@ def run(spec, world):
                 with torch.no_grad():
                     for p, m in zip(trainable, master):
                         p.copy_(m)
-                replica.zero_grad()
+                replica.zero_grad(set_to_none=True)  # grad None: not reached this step
                 loss = zt_models.loss_fn(name, replica(x[r * local:(r + 1) * local]),
                                          y[r * local:(r + 1) * local])
                 loss.backward()
@@ -46,12 +49,14 @@ def run(spec, world):
                     if p.grad is not None:
                         g += p.grad
                         used[i] = True
-        # As torch's zero_grad(set_to_none=False) (the workers' opt.zero_grad() under torch 1.x):
-        # a parameter no backward ever reached keeps grad None and is not stepped; one reached
-        # before steps on zeros.
+        # As torch's zero_grad(set_to_none): with True, a parameter no backward reached this
+        # step has grad None and is not stepped; with False, one reached on an earlier step
+        # steps on zeros (one never reached keeps grad None either way).
         for p, g, u in zip(master, grads, used):
-            if u or p.grad is not None:
+            if u or (p.grad is not None and not set_to_none):
                 p.grad = g / (world * accumulation)
+            elif set_to_none:
+                p.grad = None
         if spec.get("max_grad_norm", 0.0) > 0:
             torch.nn.utils.clip_grad_norm_(master, spec["max_grad_norm"])
         opt.step()

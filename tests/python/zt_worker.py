@@ -54,8 +54,10 @@ def main():
                 "released": [storage_bytes(p) for p in first.parameters()],
                 "gathered": [storage_bytes(p) for p in last.parameters(recurse=False)]})
         last.register_forward_pre_hook(watch)
+    # opt.zero_grad() takes torch's default for set_to_none unless the spec names one.
+    zero_grad = {"set_to_none": spec["set_to_none"]} if "set_to_none" in spec else {}
     for step in range(spec["steps"]):
-        opt.zero_grad()
+        opt.zero_grad(**zero_grad)
         step_loss = 0.0
         for micro in range(accumulation):
             x, y = zt_models.batch(name, step * accumulation + micro, global_batch,
