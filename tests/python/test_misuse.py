@@ -170,19 +170,27 @@ def test_add_param_group_takes_only_parameters_zerod_holds(one_rank_job):
     with pytest.raises(ValueError, match="some parameters appear in more than one parameter "
                                          "group"):
         opt.add_param_group({"params": [m.inp.weight]})
-    # The output layer was left out of the optimizer: torch would not step it, nor does zerod,
-    # until a group takes it.
+    # torch on the same module: the output layer is left out of the optimizer (torch does not
+    # step it, nor does zerod) until a group takes it after the first step.
+    plain = model()
+    torch_opt = torch.optim.AdamW([p for n, p in plain.named_parameters()
+                                   if not n.startswith("out.")], lr=0.1)
     x = torch.randn(4, zt_models.IN)
-    out_before = zt.full_state_dict(m)["out.weight"]
-    m(x).pow(2).mean().backward()
-    opt.step()
-    assert torch.equal(zt.full_state_dict(m)["out.weight"], out_before)
-    opt.add_param_group({"params": list(m.out.parameters()), "lr": 0.05})
+    for net, o in ((plain, torch_opt), (m, opt)):
+        net(x).pow(2).mean().backward()
+        o.step()
+    assert torch.equal(zt.full_state_dict(m)["out.weight"], model().out.weight)
+    for net, o in ((plain, torch_opt), (m, opt)):
+        o.add_param_group({"params": list(net.out.parameters()), "lr": 0.05})
+        o.zero_grad()
+        net(x).pow(2).mean().backward()
+        o.step()
     assert opt.param_groups[1]["betas"] == (0.9, 0.999)  # torch's defaults fill the group
-    opt.zero_grad()
-    m(x).pow(2).mean().backward()
-    opt.step()
-    assert not torch.equal(zt.full_state_dict(m)["out.weight"], out_before)
+    got = zt.full_state_dict(m)
+    for name, expected in plain.state_dict().items():
+        torch.testing.assert_close(got[name], expected, rtol=1e-5, atol=1e-6,
+                                   msg=lambda text: f"{name}: {text}")
+    assert not torch.equal(got["out.weight"], model().out.weight)
 
 
 @pytest.mark.parametrize("make, message", [

@@ -58,6 +58,14 @@ def test_param_groups_scheduler_and_an_unused_head_train_as_torch(run_job, tmp_p
     assert_matches(run(run_job, tmp_path, spec, world), reference)
 
 
+@pytest.mark.parametrize("stage", [1, 3])
+def test_torch_adam_with_param_groups_trains_as_torch(run_job, tmp_path, stage):
+    # torch.optim.Adam: the weight decay is added to the gradient (L2), not decoupled; the
+    # matrices' group has it, the biases' and norms' group has none and its own lr.
+    spec = spec_for(stage, optimizer="adam", total_steps=5)
+    assert_matches(run(run_job, tmp_path, spec, 2), zt_gpt.reference(spec))
+
+
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_zero_grad_without_set_to_none_steps_on_zeros(run_job, tmp_path, stage):
     # zero_grad(set_to_none=False) keeps torch's grads as zeros: the aux head, once used, steps
