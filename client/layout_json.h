@@ -1,7 +1,7 @@
 #ifndef ZEROD_CLIENT_LAYOUT_JSON_H_
 #define ZEROD_CLIENT_LAYOUT_JSON_H_
 
-// The layout file format (README.md, "Layout files"): a JSON object
+// The layout file format (docs/cli.md, "Layout files"): a JSON object
 //   {"tensors": [{"name": "wte", "shape": [50304, 768], "dtype": "bf16", "unit": "embed"}, ...]}
 // or the bare list. "dtype" defaults to the caller's; "unit" (optional) names the stage-3 gather
 // unit. Errors name the position: "tensors[3].shape[1]: expected a non-negative integer".

@@ -2,8 +2,8 @@
 #define ZEROD_SERVER_SERVICE_FLAG_SOURCES_H_
 
 // Where zerod's settings come from. Every flag, those added later too, can also be given in the
-// environment and in a TOML config file, with no code per flag. The one order (README "Running
-// zerod as a service" has the same table):
+// environment and in a TOML config file, with no code per flag. The one order (docs/operators.md
+// "Running zerod as a service" has the same table):
 //
 //   1. the command line           --data-dir /srv/zerod
 //   2. the environment            ZEROD_DATA_DIR=/srv/zerod   (ZEROD_ + the flag, upper case, _)
