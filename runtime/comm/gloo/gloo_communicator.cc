@@ -330,10 +330,9 @@ void GlooCommunicator::StartInBackground(const std::shared_ptr<Op>& op) {
 absl::Status GlooCommunicator::RunOrWait(const std::shared_ptr<Op>& op, absl::Duration timeout) {
   // The caller runs a collective itself, and any queued before it (they run in call order
   // anyway): waited for at once, it then costs no wake-up of the collective thread and none of the
-  // caller. On the shared 2-core VM each such wake-up could wait for a 4 ms scheduler tick; run
-  // here, a 256 KiB broadcast or all-gather at 2 ranks took 0.2-0.4 ms where the collective
-  // thread's took 4 ms in most runs (collective_bench, three alternating runs). Only when the
-  // caller would wait as long as the collective may take (Gloo's own waits have that timeout).
+  // caller, each of which may wait for a scheduler tick where ranks outnumber CPUs
+  // (docs/decisions/0015). Only when the caller would wait as long as the collective may take
+  // (Gloo's own waits have that timeout).
   const absl::Time deadline = absl::Now() + timeout;
   {
     MutexLock lock(&mu_);
@@ -550,17 +549,16 @@ GlooCommunicator::AllReduceRoute GlooCommunicator::AllReduceRouteOf(int64_t coun
     return all_to_all && bytes_per_peer <= internal::LeadExchange::MaxInlineBytes(
                                                internal::CollectiveKind::kAllReduce, world_size);
   };
-  // Our rings (a reduce-scatter then an all-gather) up to the measured cross-over; on 2 cores
-  // they beat Gloo's ring all-reduce well beyond the inline sizes. Not when a chunk would be
-  // empty (a tiny buffer in a world too large to go inline).
+  // Our rings (a reduce-scatter then an all-gather) up to split_all_reduce_max_bytes
+  // (docs/decisions/0007). Not when a chunk would be empty (a tiny buffer in a world too large to
+  // go inline).
   const internal::Chunks chunks = internal::Chunks::Split(world_size, count, DTypeBytes(dtype));
   const bool splits =
       bytes <= options.split_all_reduce_max_bytes && chunks.bytes(world_size - 1) > 0;
   // Split, with chunks small enough to go inline: the reduce-scatter in the all-reduce's leads,
   // the all-gather in a second exchange. Two rounds instead of the rings' 2 (world - 1) steps,
   // each of which waits for the previous rank; where processes outnumber cores each such wait
-  // can take a scheduler tick (the demo's stage-0 step at 4 ranks on 2 cores waited 4.0-5.3 ms for
-  // its 150 KB all-reduce, whose rings take 0.47 ms in lockstep; in two exchanges 0.9-1.4 ms).
+  // can take a scheduler tick (docs/decisions/0008).
   const bool two_fit = splits && fits(chunks.max_bytes());
   // In one exchange each rank sends its whole buffer to every other: (world - 2) buffers more
   // than in two. Preferred up to kMaxOneExchangeExtraBytes of that excess (always at 2 ranks).
@@ -691,19 +689,14 @@ void UnpackChunk(const std::vector<GlooCommunicator::RingPart>& parts, int64_t i
 
 // Parts whose chunks are at least this large go round one ring together, each sent from (and an
 // all-gather's received into) its own buffer as messages of its own: a message more costs them
-// less than packing's copies. An all-gather of 8 buffers of 8 MiB at 2 ranks took 1.46x one of
-// 64 MiB packed; a reduce-scatter of 8 buffers, packed or in a ring each, 1.2-1.6x one buffer's
-// time from 16 MiB, in one ring in place 0.84-1.17x. Smaller ones are packed: a message each cost
-// 50-70 us more per part at 2 ranks, and with this at 64 KiB a 4 MiB group took 1.1-2.6x one
-// buffer's time at 2-4 ranks, against 1.0-1.3x.
+// less than packing's copies. Smaller ones are packed, where a message each would cost more than
+// the copy (docs/decisions/0009).
 constexpr size_t kInPlaceRingBytes = size_t{256} << 10;
 // Smaller parts are packed end to end, up to this many bytes of them a step in a ring.
 constexpr size_t kPackedRingBytes = size_t{16} << 20;
 // A reduce-scatter's ring sends a part in place, or a packed step, in pieces of at most this many
-// bytes (a multiple of every element size), each summed while the next arrives. Against one message
-// of up to 8 MiB per step (collective_bench --ops reduce_scatter, two alternating runs, 4-64 MiB):
-// 0.7-0.85x at 2 ranks, 0.9-0.96x at 3, 0.95-0.97x at 4; 512 KiB and 2 MiB pieces measured slower
-// than 1 MiB.
+// bytes (a multiple of every element size), each summed while the next arrives; the size that beat
+// smaller and larger pieces (docs/decisions/0009).
 constexpr size_t kRingPieceBytes = size_t{1} << 20;
 static_assert(kRingPieceBytes % 8 == 0, "a piece must hold whole elements of every dtype");
 // A message of `bytes` cut into pieces of `size` (the last one shorter).
@@ -714,8 +707,7 @@ struct Pieces {
   size_t Bytes(size_t bytes, size_t k) const { return std::min(size, bytes - k * size); }
 };
 // A chain broadcast forwards the buffer in pieces of this many bytes: a rank sends one on while the
-// next arrives. 256 KiB pieces measured 0.79-1.07x the tree's time at 3-4 ranks, 1 MiB 0.79-0.95x
-// (collective_bench, two alternating runs, 128 KiB-64 MiB).
+// next arrives (docs/decisions/0012).
 constexpr size_t kChainPieceBytes = size_t{1} << 20;
 // Staging is kept between collectives up to this size each (a larger one is freed at the end).
 constexpr size_t kKeptStagingBytes = size_t{16} << 20;
@@ -879,9 +871,8 @@ void GlooCommunicator::RingAllGatherInPlace(const std::vector<RingPart>& parts) 
   const int64_t w = world_size_, r = rank_;
   const int next = static_cast<int>((r + 1) % w), prev = static_cast<int>((r + w - 1) % w);
   const auto timeout = Millis(options_.timeout);
-  // In pieces: a chunk as one message took 1.03-1.31x the time from 4 MiB at 2-4 ranks
-  // (collective_bench --ops all_gather, three alternating runs, 1-64 MiB; even at 1 MiB), as a
-  // 2-rank broadcast's one Gloo message did against the chain's pieces.
+  // In pieces, so a rank forwards one while the next arrives, as the chain broadcast does; a chunk
+  // as one message is slower from a few MiB (docs/decisions/0009).
   InPlaceParts in_place(*context_, parts, Pieces(kRingPieceBytes));
   const WatchedBuffers watched(*this, in_place.buffers());
   // A slot of its own for each part: a part's messages can match only its own receives.
@@ -915,10 +906,9 @@ void GlooCommunicator::RingReduceScatterPacked(const std::vector<RingPart>& part
   if (parts.empty()) return;
   if (parts.size() == 1) return RingReduceScatterInPieces(parts, dtype);
   const int64_t w = world_size_, r = rank_;
-  // Several parts: each step's chunks packed end to end (a message per part cost 50-70 us more per
-  // part at 2 ranks, collective_bench --group), and the packed step sent in pieces as in
-  // RingReduceScatterInPieces, each summed into its parts while the next arrives. Sent whole and
-  // summed once it had all arrived, 8 buffers took 1.3-1.5x one buffer's time from 16 MiB.
+  // Several parts: each step's chunks packed end to end (a message per part costs more than the
+  // copy), and the packed step sent in pieces as in RingReduceScatterInPieces, each summed into
+  // its parts while the next arrives rather than once the whole step is in (docs/decisions/0009).
   const size_t step_bytes = std::max<size_t>(MaxStepBytes(parts, w), 1);
   const Pieces pieces(std::min(step_bytes, kRingPieceBytes));
   char* const both = Staging(0, 2 * pieces.size);
@@ -968,8 +958,8 @@ void GlooCommunicator::RingReduceScatterInPieces(const std::vector<RingPart>& pa
                                                  bool then_all_gather) {
   const int64_t w = world_size_, r = rank_;
   // Sent straight from the parts' buffers; what arrives lands in two scratch pieces by turns, so a
-  // piece is summed while the next one arrives (one scratch of a whole chunk, faulted in afresh
-  // per collective, made a 64 MiB reduce-scatter at 2 ranks take 275 ms).
+  // piece is summed while the next one arrives. Two pieces, not a whole chunk: a chunk-sized
+  // scratch would be faulted in afresh per collective.
   size_t largest = 1;
   for (const RingPart& part : parts) largest = std::max(largest, part.chunks.max_bytes());
   const Pieces pieces(std::min(largest, kRingPieceBytes));

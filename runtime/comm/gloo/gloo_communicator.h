@@ -50,56 +50,40 @@ class Context;
 
 namespace zerod::comm {
 
+// Every rank of a communicator must be given the same lead_all_to_all_max_world,
+// split_all_reduce_max_bytes and shared_memory_min_bytes: the leads carry them and name a rank that
+// differs. The rest may differ between ranks. Why each default is what it is: docs/decisions/.
 struct GlooOptions {
   std::string hostname = "127.0.0.1";          // the address peers reach this rank at
   absl::Duration timeout = absl::Seconds(60);  // every collective and the rendezvous
   // Up to this world size leads go to every other rank and carry small collectives; above it
   // they go to the ring neighbours only (see lead_exchange.h).
   int64_t lead_all_to_all_max_world = 16;
-  // An all-reduce too large to go inline and at most this large runs as this communicator's ring
-  // reduce-scatter then all-gather; a larger one runs Gloo's ring all-reduce. Every rank must be
-  // given the same value (the leads check it). Every size by default: collective_bench measured
-  // the split as fast as Gloo's at 4 MiB and faster from 8 MiB up (0.67-0.99x at 2-4 ranks, three
-  // alternating runs; docs/ARCHITECTURE.md, "The order check rides in each collective's first
-  // message"); 0 turns it off.
+  // An all-reduce too large to go inline and at most this many bytes runs as this communicator's
+  // ring reduce-scatter then all-gather; a larger one as Gloo's ring all-reduce. 0: always Gloo's.
+  // Default: every size (docs/decisions/0007).
   int64_t split_all_reduce_max_bytes = std::numeric_limits<int64_t>::max();
-  // A collective that nobody started (Work::Start) or waited for runs on the collective thread
-  // once it has been queued this long: a safety net where the engine starts what it issues to
-  // overlap with its work, and what moves a started collective where background_start is off and
-  // nobody waits for it yet (a layer that computes for longer than this still overlaps it). A
-  // caller that waits at once runs its collective itself (GlooCommunicator::RunOrWait) without the
-  // collective thread waking at all. Queueing sets that thread's timer to the due time and the
-  // caller that empties the queue stops it. Waking the thread at every queueing instead (to set a
-  // 200 us timeout of its own), or setting the timer that close, cost 4 KiB and 64 KiB
-  // collectives at 3-4 ranks, where the processes share 2 cores, 1.2-2.0x their time
-  // (collective_bench, three alternating runs): on the development VM a timer due before the
-  // kernel's next tick costs 6 us to set and stop, against 0.9 us at 2 ms (build/bin/wakeup_bench,
-  // three runs on 2026-12-07: 5.4-5.9 us at 200 us, 0.8-1.0 us at 2 ms, 0.4 us at 5 ms).
+  // How long a queued collective that nobody started (Work::Start) or waits for yet may wait for
+  // a caller to run it (RunOrWait) before the collective thread runs it, 0 to 24 h. A safety net
+  // for overlapped collectives; collectives waited for at once never wake that thread. Far enough
+  // ahead that arming the thread's timer stays cheap (docs/decisions/0015).
   absl::Duration unclaimed_grace = absl::Milliseconds(5);
-  // How long a caller running a collective that travels on the lead connections alone (inline,
-  // or an all-to-all barrier) polls them, yielding its CPU between polls, before it sleeps, from 0
-  // to 1 s. Unset: 50 us (see caller_spin_). The collective thread, and collectives whose data
-  // goes through Gloo, never spin.
+  // How long a caller running a collective that travels on the lead connections alone (inline, or
+  // an all-to-all barrier) polls them, yielding its CPU between polls, before it sleeps, 0 to 1 s.
+  // Unset: kCallerSpin. The collective thread, and collectives whose data goes through Gloo, never
+  // spin (docs/decisions/0016).
   std::optional<absl::Duration> caller_spin;
   // Whether Work::Start has the collective thread run a collective at once, beside the caller's
-  // work, rather than leaving it to the caller's Wait (and to unclaimed_grace). That thread
-  // overlaps anything only on a CPU the trainers leave free; where they leave none it takes one
-  // from a trainer, and the hand-offs between threads cost more than the overlap gives: on the
-  // 2-core VM the demo's stage-3 step (4 ranks, 38K parameters) took 3.5-3.8 ms with it and
-  // 2.5-2.8 ms without (2.4-2.7 ms at stage 0), and at 2 ranks 3.4-3.7 against 2.2 ms; the 2-rank
-  // step of 1.07M parameters, whose layers compute for milliseconds, read the same either way
-  // (docs/ARCHITECTURE.md, "A collective thread runs only on a CPU the trainers leave free").
-  // Unset: on where this thread may use more CPUs (UsableCpus: its affinity, a cgroup quota) than
-  // this communicator has ranks on its host (ranks with the same `hostname`).
+  // work, rather than leaving it to the caller's Wait (and to unclaimed_grace). That overlaps only
+  // on a CPU the trainers leave free. Unset: on where this thread may use more CPUs (UsableCpus:
+  // affinity, cgroup quota) than this communicator has ranks on its host (same `hostname`)
+  // (docs/decisions/0021).
   std::optional<bool> background_start;
   // Ranks that all run on one host move the data of all-reduces, reduce-scatters, all-gathers and
-  // broadcasts whose buffers hold at least shared_memory_min_bytes (a rank's buffers together)
-  // through shared memory (shared_memory_mesh.h) after their leads; smaller ones stay inline or on
-  // the rings.
-  // A rank created with shared_memory off turns it off for every rank
-  // (GlooCommunicator::UsesSharedMemory says whether it is on). Every rank must be given the same
-  // minimum (the leads check it); unset, the world's measured one
-  // (GlooCommunicator::kSharedMemoryMinBytes).
+  // broadcasts whose buffers (a rank's together) hold at least shared_memory_min_bytes through
+  // shared memory (shared_memory_mesh.h) after their leads; smaller ones stay inline or on the
+  // rings. A rank created with shared_memory off turns it off for every rank (UsesSharedMemory
+  // says whether it is on). Unset minimum: kSharedMemoryMinBytes for the world size.
   bool shared_memory = true;
   std::optional<int64_t> shared_memory_min_bytes;
 };
@@ -144,13 +128,9 @@ class GlooCommunicator final : public Communicator {
   // thread; for tests and train_mlp's summary.
   int64_t SharedMemoryPieces() const { return shm_ != nullptr ? shm_->pieces_run() : 0; }
   // The smallest buffers (a rank's together; a broadcast's) that go through shared memory, by world
-  // size, where the ranks share memory and GlooOptions::shared_memory_min_bytes is unset.
-  // collective_bench, two alternating runs, shared memory from 16 KiB against TCP (2026-12-07):
-  // at 2 ranks it took 0.54-0.80x the time of the inline exchanges from 64 KiB (1.02-1.07x at
-  // 16 KiB for a reduce-scatter or all-gather); at 3 ranks 0.47-0.73x from 256 KiB, 0.91-2.07x at
-  // 64 KiB; at 4 ranks 0.76-1.03x at 256 KiB (a broadcast 0.22-0.35x), 0.21-0.79x from 1 MiB, and
-  // 0.73-1.87x at 64 KiB. Waiting on peers that share 2 cores costs more the more ranks there are;
-  // beyond 4 ranks (not measured) 4's is kept.
+  // size, where the ranks share memory and GlooOptions::shared_memory_min_bytes is unset: where
+  // shared memory beat the inline exchanges and rings in collective_bench (bench/RESULTS.md,
+  // "Figures moved from code comments"). Worlds beyond the table use its last entry.
   static constexpr int64_t kSharedMemoryMinBytes[] = {0, 0, int64_t{64} << 10, int64_t{256} << 10,
                                                       int64_t{256} << 10};
   // GlooOptions::shared_memory_min_bytes if set, else the table's for `world_size`.
@@ -165,12 +145,10 @@ class GlooCommunicator final : public Communicator {
   // For Work::Start: has the collective thread run `op`, and those queued before it, at once.
   void StartInBackground(const std::shared_ptr<Op>& op) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // An all-reduce that fits in one inline exchange and in two (AllReduce) takes one while it sends
-  // at most this many bytes more that way. collective_bench, three alternating runs, one exchange
-  // against two: 0.5-0.7x at 2 ranks from 8 to 32 KiB and even at 64 KiB; at 3 ranks even up to
-  // 32 KiB, 1.2x at 64 KiB; at 4 ranks even up to 16 KiB, 1.2-1.7x at 64 KiB. Beyond 4 ranks the
-  // rule is extrapolated (not measured where more processes than 4 share 2 cores). Part of the
-  // leads' wire version: ranks that choose differently are a mismatch (the lead's phase).
+  // An all-reduce that fits in one inline exchange and in two (AllReduce) takes one while that
+  // sends at most this many bytes more than two would ((world - 2) x its bytes; always at 2 ranks).
+  // Part of the leads' wire version: ranks that choose differently are a mismatch (the lead's
+  // phase). Why: docs/decisions/0008.
   static constexpr size_t kMaxOneExchangeExtraBytes = size_t{32} << 10;
   // How an all-reduce of `count` elements travels among `world_size` ranks given `options`: in one
   // inline exchange, in two (an inline reduce-scatter, then an inline all-gather), along our rings,
@@ -297,25 +275,17 @@ class GlooCommunicator final : public Communicator {
 
   // options_.unclaimed_grace, on the queue's clock.
   const std::chrono::steady_clock::duration unclaimed_grace_;
-  // How long a caller running collectives polls its lead connections, yielding its CPU between
-  // polls, before it sleeps: options_.caller_spin if set, else kCallerSpin. At 2 ranks on the
-  // 2-core VM a 4 KiB all-reduce took 7 us with 50 us (or 200 us) of spinning against 56-57 us
-  // without, where the loopback round trip is about 66 us. Where ranks outnumber CPUs a spin that
-  // did not yield took the CPU from the peer it waited for (at 3 ranks 4-64 KiB all-reduces and
-  // broadcasts took 1.7-3.5x as long with 50 us, 3.8-11x with 200 us), so it was off there; a spin
-  // that yields took 0.5-0.7x the time of sleeping at 3 and 4 ranks (4 KiB all-reduce 35-36 us
-  // against 52-62 at 3, 50-57 against 93-97 at 4; collective_bench, three alternating runs),
-  // 200 us no better than 50.
-  // Only for collectives on the lead connections alone: spinning on the leads of a 256 KiB
-  // all-gather at 2 ranks, whose data then goes through Gloo, made it take 3.8-4.0 ms in three
-  // runs of three against 0.17-0.18 ms, and a 256 KiB reduce-scatter 3.9 ms in one run of three
-  // (Gloo's threads, which move its data, waited for the next scheduler tick).
+  // How long a caller running collectives on the lead connections alone polls them, yielding its
+  // CPU between polls, before it sleeps: options_.caller_spin if set, else kCallerSpin. A peer's
+  // lead often comes sooner than a sleeping thread wakes; the yield lets a peer that shares the
+  // CPU send it. Not for collectives whose data goes through Gloo: spinning there holds back
+  // Gloo's own threads (docs/decisions/0016).
   static constexpr std::chrono::microseconds kCallerSpin{50};
   const std::chrono::microseconds caller_spin_;
   // How far past its deadline a caller may be held by running a collective itself (when one that
   // ran ahead of it took Gloo's whole timeout). A caller that waits as long as the communicator's
   // timeout runs its collective itself though a small one ran first: handing it to the collective
-  // thread cost a 4 KiB all-reduce at 2 ranks 15-19 us where it took 9-11 us.
+  // thread instead costs a thread wake-up (docs/decisions/0015).
   static constexpr absl::Duration kCallerOverrun = absl::Milliseconds(100);
   // The collective thread sleeps reading this timerfd (CLOCK_MONOTONIC, steady_clock's clock),
   // apart from mu_ so that its releases do not wake it; set under mu_.

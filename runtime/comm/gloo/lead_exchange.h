@@ -102,33 +102,20 @@ class LeadExchange {
   // The most data a lead carries to one peer beyond 4 ranks (MaxInlineBytes has every world's).
   static constexpr size_t kMaxInlineBytes = size_t{64} << 10;
   // The most a broadcast carries in its root's lead (to each other rank) in a world of
-  // `world_size` ranks; more goes along the chain or Gloo's tree (RouteOf).
-  //  - At 2 ranks the tree is one Gloo message the root sends only once the receiver says its
-  //    receive is posted, which it does only after checking the root's lead: two one-way trips
-  //    before the data leaves. Inline, the data follows the lead in the same write, and the
-  //    receiver copies it once out of the frame (LeadMesh reads a long frame straight into its
-  //    own storage). collective_bench, three alternating runs against the tree: 0.5-0.8x from
-  //    128 KiB to 1 MiB, 0.8-0.9x at 2-3 MiB, 1.3x at 4 MiB (the frame outgrows a loopback
-  //    socket's send buffer, 4 MiB by default, and waits in the outbox).
-  //  - At 3 and 4 ranks the root writes the buffer once per rank, where along the chain each rank
-  //    writes it once: against the chain, inline measured 0.8x at 128 KiB and 0.9x at 256 KiB at
-  //    3 ranks, 1.3x at 512 KiB; at 4 ranks 0.85x at 128 KiB, 1.1x at 256 KiB.
+  // `world_size` ranks; more goes along the chain or Gloo's tree (RouteOf). At 2 ranks Gloo's
+  // one message leaves only two one-way trips after the lead, while inline data follows the lead
+  // in the same write; the limit stays under a loopback socket's default send buffer (4 MiB). At
+  // 3 and 4 ranks the root writes an inline buffer once per rank, so the chain (each rank writes
+  // it once) wins sooner. Why these sizes: docs/decisions/0013.
   static constexpr size_t kMaxInlineBroadcastBytes[] = {0, 0, size_t{2} << 20, size_t{256} << 10,
                                                         size_t{128} << 10};
-  // The same for the other kinds (MaxInlineBytes): at 3 and 4 ranks 256 KiB a peer, where against
-  // the rings (collective_bench, three alternating runs, 2026-12-07) an all-reduce of 512 KiB-1 MiB
-  // took 0.53-0.86x the time, a reduce-scatter 0.59-0.93x, an all-gather 0.68-0.96x; at 512 KiB a
-  // peer (1.5 MiB at 3 ranks) the all-gather took 1.0-1.28x, and at 1 MiB a peer or more every kind
-  // 1.1-1.9x (the frames outgrow what the sockets hold while every rank writes to every other).
+  // The same for the other kinds (MaxInlineBytes), per peer: larger frames outgrow what the
+  // sockets hold while every rank writes to every other (docs/decisions/0013).
   static constexpr size_t kMaxInlineOtherBytes[] = {0, 0, size_t{2} << 20, size_t{256} << 10,
                                                     size_t{256} << 10};
   // The most data a lead of `kind` carries to one peer in a world of `world_size` ranks (with
   // all-to-all leads). At 2 ranks every kind goes inline as far as a broadcast, for the same
-  // reason (Gloo's messages leave two one-way trips after the lead): against the rings,
-  // collective_bench, three alternating runs (2026-12-07), an all-reduce in one exchange took
-  // 0.30-0.38x the time at 256 KiB, 0.58-0.71x at 1 MiB and 0.53-0.66x at 2 MiB, and in two
-  // exchanges 0.57-0.76x at 3-4 MiB; a reduce-scatter 0.26-0.31x at 256 KiB, 0.37-0.41x at 1 MiB
-  // and 0.50-0.65x at 2-4 MiB, an all-gather 0.28-0.29x, 0.37-0.44x and 0.56-0.80x.
+  // reason (Gloo's messages leave two one-way trips after the lead).
   static constexpr size_t MaxInlineBytes(CollectiveKind kind, int64_t world_size) {
     if (world_size < 2 || world_size >= static_cast<int64_t>(std::size(kMaxInlineBroadcastBytes))) {
       return kMaxInlineBytes;
@@ -160,12 +147,10 @@ class LeadExchange {
   // How a broadcast of `bytes` travels: in the root's lead (up to MaxInlineBytes), along the ring
   // from the root (each rank forwards what its predecessor sent, in pieces), or through Gloo's
   // binomial tree. The first two have sparse leads (no barrier), so only with all-to-all leads (a
-  // rank must hear from the root). The chain at 3-4 ranks, where collective_bench measured it at
-  // 0.79-0.96x the tree's time (with its barrier) from 128 KiB to 64 MiB, and at 2 ranks from
-  // 8 MiB: there the tree is Gloo's one message, which took 1.05-1.10x the chain's pieces at 8 MiB,
-  // 1.2-1.3x at 16 MiB and 1.6-1.8x at 32-64 MiB, but 0.77-1.06x at 3 MiB and 0.85-0.93x at
-  // 4 MiB (three alternating runs, 2026-12-07). Beyond 4 ranks a chain's hops would add up for
-  // buffers of a few pieces. Where the ranks share memory (GlooCommunicator::UsesSharedMemory), a
+  // rank must hear from the root). The chain at 3-4 ranks, and at 2 ranks from
+  // kMinTwoRankChainBytes, where the tree is Gloo's one message and the chain's pieces overlap
+  // their hops; beyond 4 ranks a chain's hops would add up for buffers of a few pieces
+  // (docs/decisions/0012). Where the ranks share memory (GlooCommunicator::UsesSharedMemory), a
   // broadcast of at least LeadOptions::shared_memory_min_bytes goes through it instead, with
   // sparse leads too (a receiver reads the root's segment only, and checked the root's lead).
   enum class BroadcastRoute { kInline, kChain, kTree, kSharedMemory };

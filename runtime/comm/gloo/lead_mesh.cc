@@ -469,11 +469,10 @@ void LeadMesh::Pump(const Done& done, std::chrono::milliseconds timeout, const c
     fds.back() = {wake_fd_, POLLIN, 0};
     int n = 0;
     if (spin_.count() > 0) {
-      // A peer's frame often comes within microseconds; a thread that sleeps for it pays its
-      // wake-up, which on the development VM costs about as much as the loopback round trip.
-      // Between polls the thread yields its CPU: where ranks outnumber CPUs the peer it waits
-      // for may need that CPU to send (without yielding, 50 us of spinning made 4-64 KiB
-      // collectives at 3 ranks on 2 cores take 1.7-3.5x as long; yielding, 0.5-0.7x).
+      // A peer's frame often comes sooner than a sleeping thread is woken for it (a wake-up can
+      // cost as much as the loopback round trip). Between polls the thread yields its CPU: where
+      // ranks outnumber CPUs the peer it waits for may need that CPU to send
+      // (docs/decisions/0016).
       const Clock::time_point spin_until = std::min(Clock::now() + spin_, deadline);
       spun_.fetch_add(1, std::memory_order_relaxed);
       do {

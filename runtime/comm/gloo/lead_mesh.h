@@ -6,9 +6,9 @@
 //
 // Why not Gloo's pairs: a message through Gloo's TCP transport is three on the wire (the receiver
 // says its receive is posted, the sender says a send is coming, then the data) and each is read
-// by Gloo's device thread, which then wakes the waiting one. A lead exchange took 52 us at 2 ranks
-// and 185 us at 4 where the loopback round trip is 15-22 us (collective_bench). Here a lead is one
-// write and one read, by the threads that need it.
+// by Gloo's device thread, which then wakes the waiting one: a lead exchange cost several loopback
+// round trips (docs/decisions/0014). Here a lead is one write and one read, by the threads that
+// need it.
 //
 // Frames: a 4-byte length, then that many bytes (at most `max_frame`). Frames from one peer
 // arrive in order; a frame a peer sent ahead of this rank is kept until it is asked for, so two

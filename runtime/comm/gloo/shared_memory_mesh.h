@@ -7,8 +7,7 @@
 //
 // Why: on loopback every byte of a ring goes through the kernel twice (a copy into the socket, a
 // copy out) with the TCP stack and a wake-up in between; a segment every rank maps moves it with
-// plain copies. A throwaway prototype on the 2-core VM took 0.35-0.5x the time of our rings for
-// 4-64 MiB all-reduces at 2-4 ranks (docs/ARCHITECTURE.md, "Shared memory on one host").
+// plain copies (docs/decisions/0017).
 //
 // Layout: each rank owns a segment (a POSIX shared-memory object, mode 0600, named
 // /zerod-<pid>-<random> and unlinked once every rank has answered whether it mapped it: from then
@@ -61,9 +60,8 @@ class SharedMemoryMesh {
  public:
   // A slot's bytes (a region per rank: kSlotBytes / world, in whole cache lines) and how many
   // slots a segment has (see "Two slots are enough"). Part of the leads' wire version: ranks must
-  // cut pieces alike. Against 256 KiB, slots of 128 KiB took 0.77-1.46x the time and 512 KiB
-  // 0.71-1.28x (collective_bench --ops all_reduce,reduce_scatter, 1-64 MiB at 2-4 ranks, two
-  // alternating runs); a prototype's 1-2 MiB slots took 1.1-1.9x at 16 MiB.
+  // cut pieces alike. kSlotBytes is the size that beat smaller and larger slots in collective_bench
+  // (bench/RESULTS.md, "Figures moved from code comments").
   static constexpr size_t kSlotBytes = size_t{256} << 10;
   static constexpr uint64_t kSlots = 2;
   // How long a wait polls before it sleeps, and how long one sleep lasts at most.
