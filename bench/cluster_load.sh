@@ -16,7 +16,7 @@
 # (one heartbeat outstanding per rank: the most a daemon can serve).
 #
 # --lease-ttl: every zerod's (default 30s); a large job wants a lease and interval that fit its
-# size (a hundred thousand ranks leaving at once take longer than 30 s here, see bench/RESULTS.md).
+# size (how long 100,000 ranks took to leave: bench/RESULTS.md, "zerod on etcd").
 #
 #   bench/cluster_load.sh [--ranks 4096] [--seconds 5] [--interval 0] [--daemons 3]
 #       [--lease-ttl 30s]

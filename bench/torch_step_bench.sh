@@ -23,8 +23,9 @@
 # (after setup, after the first step, at the end) and the RSS still held at the end. The last loss
 # column must agree across the distributed rows (same training). Debian's torch uses the reference
 # BLAS, so the default keeps the ~16.8M parameters the memory figures are about but few tokens per
-# step (a full run takes ~3.5 minutes on 2 cores). Step times on a shared 2-core machine move by
-# ~10% between runs: read differences smaller than that as noise. Nothing here asserts a time.
+# step (how long a run took, and how far step times moved between runs: bench/RESULTS.md). On a
+# shared machine read differences within that run-to-run spread as noise. Nothing here asserts a
+# time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=build/bin

@@ -18,8 +18,8 @@
 //
 //   build/bin/wakeup_bench [--delays 50,200,1000,2000,5000] [--pairs 20000] [--handoffs 20000]
 //
-// On a 2-vCPU VM where the loopback round trip is ~70 us, a wake-up costs about as much; the
-// spinning handoff is the peer each sleeping one is measured against in the same run.
+// The spinning handoff is the peer each sleeping one is measured against in the same run; figures
+// from past runs are in bench/RESULTS.md.
 
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
