@@ -67,7 +67,7 @@ std::vector<std::unique_ptr<ChildProcess>> StartRanks(ZerodCluster& cluster, con
                                  // Longer than a leader's replacement takes on a loaded machine
                                  // (its claim lapses, a follower recovers the state): the ranks
                                  // of surviving nodes retry through it, as they would with the
-                                 // SDK's default (60s). 5s was once too short in CI.
+                                 // SDK's default (60s).
                                  "ZEROD_RETRY_FOR=" + ScaledFlag(absl::Seconds(30))}));
   }
   return ranks;
@@ -131,8 +131,8 @@ TEST_F(Cluster, SixRanksOnThreeDaemonsTrainToTheUnshardedLossAndEveryDaemonShows
 }
 
 // The killed node's ranks are lost one lease after its death. 4s (scaled), not less: under
-// ThreadSanitizer on two cores a live rank's heartbeats could be 2s apart while the session
-// started.
+// ThreadSanitizer on a loaded machine a live rank's heartbeats can be seconds apart while the
+// session starts.
 constexpr absl::Duration kShortLease = absl::Seconds(4);
 
 TEST_F(Cluster, AKilledFollowersRanksAreDeclaredLostAndTheOthersAreToldWhich) {
@@ -153,8 +153,8 @@ TEST_F(Cluster, AKilledFollowersRanksAreDeclaredLostAndTheOthersAreToldWhich) {
 
 TEST_F(Cluster, AKilledLeaderIsReplacedByAFollowerThatKeepsTheJobAndDeclaresItsRanksLost) {
   // The surviving ranks must reach the new leader (itself, or the other follower once it follows
-  // again) within the lease and the grace the recovery gives them: 1s of grace lost a survivor
-  // now and then under the sanitizers on a loaded machine (rank 3, "rank 0, 1, 3 were lost").
+  // again) within the lease and the grace the recovery gives them: a grace of a second can lose a
+  // survivor under the sanitizers on a loaded machine.
   ZerodCluster cluster(*etcd_, kShortLease, logs_, /*restart_grace=*/absl::Seconds(3));
   ASSERT_NO_FATAL_FAILURE(cluster.Start());
   auto ranks = StartRanks(cluster, "leader-dies", {"--stage", "2", "--steps", "1000000"}, logs_);

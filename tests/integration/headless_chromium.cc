@@ -94,7 +94,7 @@ absl::StatusOr<std::unique_ptr<HeadlessChromium>> HeadlessChromium::Start(
   browser->pid_ = pid;
   browser->to_browser_ = commands[1];
   browser->from_browser_ = answers[0];
-  // Chromium's first start on a loaded 2-core machine takes seconds; a minute is ample.
+  // Chromium's first start on a loaded machine takes seconds; a minute is ample.
   const absl::Duration startup = Scaled(absl::Seconds(60));
   auto target = browser->Call("Target.createTarget", {{"url", "about:blank"}}, false, startup);
   if (!target.ok()) return target.status();

@@ -23,8 +23,8 @@ namespace {
 using nlohmann::json;
 using ::testing::IsEmpty;
 
-// Every wait is bounded generously: the CI machine is a loaded 2-core box running sanitizer
-// builds beside this one, and Chromium's first start alone can take seconds there.
+// Every wait is bounded generously: the machine may be loaded with sanitizer builds beside this
+// one, and Chromium's first start alone can take seconds there.
 const absl::Duration kWait = Scaled(absl::Seconds(90));
 
 // The members table as the page shows it: [{rank, state, step}].

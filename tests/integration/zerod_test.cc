@@ -137,9 +137,9 @@ TEST(Zerod, TheRuntimeStoreInterfaceWorksOverTheDaemon) {
 
 TEST(Zerod, AnExpiredLeaseMarksTheRankLostAndEveryWatcherIsTold) {
   // A lease of 1 s (scaled): long enough that rank 0's heartbeats (every 50 ms) keep it on a
-  // loaded machine (at 300 ms it was once declared lost too), short enough that rank 1 is lost
-  // while the watch below is open. Rank 0 outlives the lease of rank 1 twice over, and its own
-  // lapses one lease after it ends: both scale alike.
+  // loaded machine, short enough that rank 1 is lost while the watch below is open. Rank 0
+  // outlives the lease of rank 1 twice over, and its own lapses one lease after it ends: both
+  // scale alike.
   ZerodHarness zerod({"--lease-ttl", ScaledFlag(absl::Seconds(1)), "--restart-grace", "0s"});
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   // Rank 0 heartbeats for 3 leases; rank 1 joins and exits without a word.
@@ -354,8 +354,8 @@ TEST(Zerod, ZeroctlWatchStreamsEventsUntilTheJobEnds) {
   ASSERT_TRUE(client->Join(JoinOf("w", 1, 0), Scaled(absl::Seconds(10))).ok());
   ChildProcess watch({ZEROCTL_PATH, "watch", "w", "--json", "--endpoint", zerod.endpoint()},
                      zerod.dir().path() + "/watch.log");
-  // The step must happen while the watch is open: wait for its first event (a fixed 300 ms was
-  // not always enough on a loaded TSan run).
+  // The step must happen while the watch is open: wait for its first event (no fixed delay is
+  // enough on a loaded sanitizer run).
   Eventually([&] { return watch.Output().find("\"kind\":\"snapshot\"") != std::string::npos; },
              absl::Seconds(30));
   client::HeartbeatReport report;
