@@ -1,17 +1,16 @@
 #include "server/logging.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <mutex>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "runtime/common/safe_file.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/base_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -90,11 +89,12 @@ std::unique_ptr<spdlog::formatter> FormatterOf(LogFormat format) {
   return TextFormatter();
 }
 
+// A regular file only: a link, a device or a FIFO at the path is refused (never written through,
+// never waited on), at start and at every reopen.
 absl::StatusOr<int> OpenLogFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--log-file: cannot open ", path, ": ", std::strerror(errno)));
+  absl::StatusOr<int> fd = OpenRegularFileForAppend(path, 0640);
+  if (!fd.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--log-file: ", fd.status().message()));
   }
   return fd;
 }

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -13,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/common/safe_file.h"
 #include "runtime/common/units.h"
 #include "server/auth/transport_security.h"
 #include "server/cluster/member.h"
@@ -318,6 +318,14 @@ int main(int argc, char** argv) {
       return UsageError("--http-listen: " + std::string(s.message()));
     }
   }
+  // A port file is written beside its name and renamed over it: one that names a link, a device
+  // or a FIFO is refused here, before anything starts (and again at the rename).
+  for (const auto& [flag, path] :
+       {std::pair{"--port-file", &port_file}, std::pair{"--http-port-file", &http_port_file}}) {
+    if (absl::Status s = zerod::CheckRegularFileTarget(*path); !path->empty() && !s.ok()) {
+      return UsageError(std::string(flag) + ": " + std::string(s.message()));
+    }
+  }
   // Signals are taken by sigwait below; every thread started from here on inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
@@ -360,11 +368,20 @@ int main(int argc, char** argv) {
     Logger("coordinator")->error("{}", std::string(member.status().message()));
     return 1;
   }
-  auto write_ports = [&] {
-    if (!port_file.empty()) std::ofstream(port_file) << (*member)->tcp_port() << "\n";
-    if (!http_port_file.empty()) std::ofstream(http_port_file) << (*member)->http_port() << "\n";
+  auto write_ports = [&]() -> absl::Status {
+    for (const auto& [path, port] : {std::pair{&port_file, (*member)->tcp_port()},
+                                     std::pair{&http_port_file, (*member)->http_port()}}) {
+      if (path->empty()) continue;
+      absl::Status s = zerod::WriteFileAtomically(*path, std::to_string(port) + "\n");
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
   };
-  write_ports();
+  if (absl::Status s = write_ports(); !s.ok()) {
+    Logger("coordinator")->error("cannot write the port file: {}", std::string(s.message()));
+    member->reset();
+    return 1;
+  }
   // The state is loaded and every listener bound: a client connecting from now on is answered.
   service::NotifyReady((*member)->StatusLine());
   service::LivenessWatchdog::Hooks hooks{
@@ -387,7 +404,10 @@ int main(int argc, char** argv) {
         member->reset();
         return 1;
       }
-      write_ports();
+      if (absl::Status ports = write_ports(); !ports.ok()) {
+        Logger("coordinator")
+            ->error("cannot write the port file: {}", std::string(ports.message()));
+      }
       service::NotifyStatus((*member)->StatusLine());
       continue;
     }
