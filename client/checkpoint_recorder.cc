@@ -13,6 +13,7 @@ v1::CheckpointRecord ToProto(const checkpoint::CheckpointRecordInfo& record,
   out.set_world_size(record.world_size);
   out.set_stage(record.stage);
   out.set_bytes(record.bytes);
+  out.set_manifest_xxh3(record.manifest_xxh3);
   switch (record.state) {
     case checkpoint::RecordState::kSaving:
       out.set_state(v1::CHECKPOINT_SAVING);
@@ -34,6 +35,7 @@ checkpoint::CheckpointRecordInfo FromProto(const v1::CheckpointRecord& record) {
   out.world_size = record.world_size();
   out.stage = record.stage();
   out.bytes = record.bytes();
+  out.manifest_xxh3 = record.manifest_xxh3();
   switch (record.state()) {
     case v1::CHECKPOINT_COMPLETE:
       out.state = checkpoint::RecordState::kComplete;
@@ -53,8 +55,13 @@ absl::Status CheckpointRecorder::Record(const checkpoint::CheckpointRecordInfo& 
 }
 
 absl::StatusOr<std::vector<checkpoint::CheckpointRecordInfo>> CheckpointRecorder::List() {
+  return ListOf(job_id_);
+}
+
+absl::StatusOr<std::vector<checkpoint::CheckpointRecordInfo>> CheckpointRecorder::ListOf(
+    const std::string& job_id) {
   ZEROD_ASSIGN_OR_RETURN(std::vector<v1::CheckpointRecord> records,
-                         client_->ListCheckpoints(job_id_));
+                         client_->ListCheckpoints(job_id));
   std::vector<checkpoint::CheckpointRecordInfo> out;
   out.reserve(records.size());
   for (const v1::CheckpointRecord& r : records) out.push_back(FromProto(r));

@@ -21,6 +21,9 @@ class CheckpointRecorder final : public checkpoint::Recorder {
 
   absl::Status Record(const checkpoint::CheckpointRecordInfo& record) override;
   absl::StatusOr<std::vector<checkpoint::CheckpointRecordInfo>> List() override;
+  absl::StatusOr<std::vector<checkpoint::CheckpointRecordInfo>> ListOf(
+      const std::string& job_id) override;
+  const std::string& job_id() const override { return job_id_; }
 
  private:
   const std::shared_ptr<CoordinatorClient> client_;

@@ -139,11 +139,12 @@ absl::StatusOr<int64_t> ResumeFromNewest(client::TrainerSession& session,
 }
 
 // Failure injection: the process dies with its rank file half written (still a .tmp).
-void KillInSave(const std::string& path, int64_t bytes_written) {
+absl::Status KillInSave(const std::string& path, int64_t bytes_written) {
   std::printf("failure injection: SIGKILL with %ld bytes of %s written\n",
               static_cast<long>(bytes_written), path.c_str());
   std::fflush(stdout);
   raise(SIGKILL);
+  return absl::OkStatus();
 }
 
 long PeakRssKib() {

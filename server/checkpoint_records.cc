@@ -218,6 +218,7 @@ CheckpointDecision DecideCheckpoint(const std::string& job_id, const v1::Checkpo
       v1::CheckpointRecord r = *old;
       r.set_state(v1::CHECKPOINT_COMPLETE);
       r.set_bytes(request.bytes());
+      r.set_manifest_xxh3(request.manifest_xxh3());
       r.set_completed_unix_ms(now_ms);
       return write(std::move(r));
     }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/common/safe_file.h"
 #include "runtime/common/units.h"
 
 namespace zerod::zeroctl {
@@ -34,6 +35,12 @@ int VerifyCommand(const CheckpointFlags& flags, std::ostream& out, std::ostream&
 }
 
 int ExportCommand(const CheckpointFlags& flags, std::ostream& out, std::ostream& err) {
+  // What --out names is looked at first: a typo that names a device or a link is a usage error
+  // that changes nothing (the write looks again before its rename).
+  if (absl::Status target = CheckRegularFileTarget(flags.out); !target.ok()) {
+    err << "zeroctl: " << target.message() << "\n";
+    return 2;
+  }
   auto manifest = checkpoint::ReadManifest(flags.dir);
   if (!manifest.ok()) return Failed(err, manifest.status());
   absl::Status status = checkpoint::ExportSafetensors(flags.dir, flags.out);
@@ -41,6 +48,22 @@ int ExportCommand(const CheckpointFlags& flags, std::ostream& out, std::ostream&
   out << "wrote " << flags.out << ": " << manifest->layout.size() << " tensors, "
       << FormatCount(manifest->total_numel) << " fp32 parameters of step " << manifest->step << ", "
       << SizeOf(flags.out) << " bytes\n";
+  return 0;
+}
+
+int UpgradeCommand(const CheckpointFlags& flags, std::ostream& out, std::ostream& err) {
+  if (checkpoint::ReadManifest(flags.dir).ok()) {
+    out << flags.dir << ": its manifest already has a checksum (format "
+        << checkpoint::kFormatVersion << "); nothing to do\n";
+    return 0;
+  }
+  absl::Status status = checkpoint::UpgradeManifest(flags.dir);
+  if (!status.ok()) return Failed(err, status);
+  auto manifest = checkpoint::ReadManifest(flags.dir);
+  if (!manifest.ok()) return Failed(err, manifest.status());
+  out << flags.dir << ": checked " << manifest->files.size()
+      << " rank files against its format-1 manifest and gave it a checksum (format "
+      << checkpoint::kFormatVersion << "), step " << manifest->step << "\n";
   return 0;
 }
 
@@ -58,6 +81,11 @@ CLI::App* AddCheckpointCommand(CLI::App& app, CheckpointFlags& flags) {
       "export", "write the full fp32 parameters by name as one safetensors file");
   export_command->add_option("DIR", flags.dir, "the checkpoint directory")->required();
   export_command->add_option("--out", flags.out, "the safetensors file to write")->required();
+  CLI::App* upgrade = checkpoint->add_subcommand(
+      "upgrade",
+      "check every file of a checkpoint saved before manifests had a checksum, then give its "
+      "manifest one, so that it loads");
+  upgrade->add_option("DIR", flags.dir, "the checkpoint directory")->required();
   return checkpoint;
 }
 
@@ -65,7 +93,8 @@ int RunCheckpoint(const CLI::App& checkpoint, const CheckpointFlags& flags, std:
                   std::ostream& err) {
   if (checkpoint.got_subcommand("verify")) return VerifyCommand(flags, out, err);
   if (checkpoint.got_subcommand("export")) return ExportCommand(flags, out, err);
-  err << "zeroctl: checkpoint needs a subcommand: verify or export\n";
+  if (checkpoint.got_subcommand("upgrade")) return UpgradeCommand(flags, out, err);
+  err << "zeroctl: checkpoint needs a subcommand: verify, export or upgrade\n";
   return 2;
 }
 

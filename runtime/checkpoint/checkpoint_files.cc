@@ -2,8 +2,12 @@
 
 #include "runtime/checkpoint/checkpoint_files.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 #include "absl/strings/match.h"
@@ -12,6 +16,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/checkpoint/internal/file_io.h"
+#include "runtime/checkpoint/internal/manifest_checks.h"
+#include "runtime/common/safe_file.h"
+#include "runtime/common/status_macros.h"
 
 namespace zerod::checkpoint {
 namespace {
@@ -45,6 +52,26 @@ absl::Status NoManifest(const std::string& dir) {
                    kManifestName, " (a save that did not finish)"));
 }
 
+// `path` without trailing slashes (lstat of "link/" would follow the link).
+std::string Trimmed(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+// FAILED_PRECONDITION when `dir` itself is a symbolic link: a link named like a step reads as the
+// step it points to.
+absl::Status NotALink(const std::string& dir) {
+  const std::string path = Trimmed(dir);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return absl::OkStatus();
+  char target[4096];
+  const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+  const std::string to = n > 0 ? std::string(target, static_cast<size_t>(n)) : "?";
+  return absl::FailedPreconditionError(absl::StrCat(
+      "checkpoint directory ", path, " is a symbolic link (to ", to,
+      "): a checkpoint is read from the directory its save wrote, never through a link"));
+}
+
 }  // namespace
 
 std::string StepDirectory(const std::string& root, int64_t step) {
@@ -66,12 +93,63 @@ int64_t StepOfDirectoryName(const std::string& name) {
 
 std::string RankFileName(int64_t rank) { return absl::StrFormat("rank-%05d.shard", rank); }
 
-absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
+namespace internal {
+
+absl::StatusOr<Manifest> ReadManifest(const std::string& dir, bool legacy) {
+  ZEROD_RETURN_IF_ERROR(NotALink(dir));
   const std::string path = absl::StrCat(dir, "/", kManifestName);
-  auto text = internal::ReadWholeFile(path);
+  auto text = ReadWholeFile(path);
   if (absl::IsNotFound(text.status())) return NoManifest(dir);
   if (!text.ok()) return text.status();
-  return ManifestFromJson(*text, path);
+  ZEROD_ASSIGN_OR_RETURN(Manifest manifest, legacy ? LegacyManifestFromJson(*text, path)
+                                                   : ManifestFromJson(*text, path));
+  const int64_t named = StepOfDirectoryName(std::filesystem::path(Trimmed(dir)).filename());
+  if (named >= 0 && named != manifest.step) {
+    return absl::DataLossError(
+        absl::StrCat(Trimmed(dir), " holds the checkpoint of step ", manifest.step,
+                     " (its manifest says so), not of step ", named,
+                     ": a checkpoint copied or renamed under another step's name is not loaded"));
+  }
+  return manifest;
+}
+
+}  // namespace internal
+
+absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
+  return internal::ReadManifest(dir, /*legacy=*/false);
+}
+
+absl::Status CheckFiles(const std::string& dir, const Manifest& manifest) {
+  std::map<std::string, const RankFile*> listed;
+  for (const RankFile& f : manifest.files) listed[f.name] = &f;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string path = absl::StrCat(dir, "/", name);
+    // NFS keeps a file removed while open as .nfsXXXX until it is closed: not a stray file.
+    if (name == kManifestName || absl::StartsWith(name, ".nfs")) continue;
+    auto file = listed.find(name);
+    if (file == listed.end()) {
+      return absl::DataLossError(absl::StrCat(
+          path,
+          " is not listed in its manifest: a file of another save (a crashed world's, or "
+          "copied in) is not kept beside a checkpoint"));
+    }
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) return FileError(errno, "cannot stat", path);
+    if (!S_ISREG(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is not a regular file (a link, a FIFO or a device is never read as one)"));
+    }
+    ZEROD_RETURN_IF_ERROR(internal::CheckSize(path, st.st_size, file->second->bytes));
+    listed.erase(file);
+  }
+  if (ec) return FileError(ec.value(), "cannot list", dir);
+  if (!listed.empty()) {
+    return absl::NotFoundError(absl::StrCat(dir, "/", listed.begin()->first, " is missing"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckLayout(const Manifest& manifest, const std::vector<plan::TensorSpec>& layout,

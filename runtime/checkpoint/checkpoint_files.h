@@ -14,11 +14,15 @@
 // and any stage read any checkpoint: a rank reads, from each old file, exactly the byte ranges
 // whose runs overlap the elements it holds now.
 //
-// Every file is written to `<name>.tmp`, fsync'd, renamed, and the directory fsync'd, so a crash
-// leaves either the old name or the whole new file. A directory without manifest.json is a partial
-// checkpoint and is never loaded. The manifest lists, per rank file, its size, an XXH3-64 of the
-// whole file and one per kChecksumBlockBytes block, so that a loader that reads a range verifies
-// only the blocks it reads, and `Verify` checks everything.
+// Every file is written under a fresh name beside its own (`<name>.XXXXXX.tmp`), fsync'd, renamed,
+// and the directory fsync'd, so a crash leaves either the old name or the whole new file; files
+// go only into a step directory that is itself a directory, never through a link put in its place
+// (runtime/common/safe_file.h). A directory without manifest.json is a partial checkpoint and is
+// never loaded. The manifest lists, per rank file, its size, an XXH3-64 of the whole file and one
+// per kChecksumBlockBytes block, so that a loader that reads a range verifies only the blocks it
+// reads, and `Verify` checks everything; the manifest's own bytes are covered by its
+// `manifest_xxh3` (format 2). A checkpoint directory holds nothing else: a file its manifest does
+// not list is refused, as is a step directory that is a link or whose name is another step's.
 
 #include <cstdint>
 #include <string>
@@ -30,7 +34,8 @@
 
 namespace zerod::checkpoint {
 
-inline constexpr int kFormatVersion = 1;
+// 2: the manifest carries its own checksum. Format 1 is read only by UpgradeManifest.
+inline constexpr int kFormatVersion = 2;
 inline constexpr int64_t kChecksumBlockBytes = int64_t{4} << 20;
 inline constexpr char kManifestName[] = "manifest.json";
 
@@ -69,6 +74,10 @@ struct Manifest {
   std::vector<RankFile> files;  // one per rank of the saving world, by rank
   std::string user;             // the trainer's own (e.g. its data loader position), opaque here
   int64_t created_unix_ms = 0;
+  // Whether the coordinator recorded the save (false: an in-memory snapshot, SaveOptions::record).
+  bool recorded = true;
+  // The manifest's own checksum as read (ManifestFromJson fills it; writing computes it afresh).
+  uint64_t manifest_xxh3 = 0;
 };
 
 std::string ManifestToJson(const Manifest& manifest);
@@ -82,10 +91,11 @@ absl::StatusOr<Manifest> ManifestFromJson(const std::string& json, const std::st
 absl::StatusOr<RankFile> WriteRankFile(const std::string& dir, engine::ZeroEngine& engine,
                                        const std::string& extra);
 
-// Failure injection, for tests of a crash in the middle of a save: when set, called after every
-// chunk a rank file gets, with the file's path and the bytes written to it so far (the file is
-// still under its temporary name). Process-wide; nullptr, the default, does nothing.
-using SaveFailureInjection = void (*)(const std::string& path, int64_t bytes_written);
+// Failure injection, for tests of a crash or an error in the middle of a save: when set, called
+// after every chunk a rank file gets, with the file's path and the bytes written to it so far
+// (the file is still under its temporary name); an error it returns fails the write as a disk
+// error would. Process-wide; nullptr, the default, does nothing.
+using SaveFailureInjection = absl::Status (*)(const std::string& path, int64_t bytes_written);
 void SetSaveFailureInjectionForTesting(SaveFailureInjection hook);
 
 // Writes `manifest` as `dir`/manifest.json (tmp, fsync, rename, fsync dir): the checkpoint is
@@ -93,8 +103,22 @@ void SetSaveFailureInjectionForTesting(SaveFailureInjection hook);
 absl::Status WriteManifest(const std::string& dir, const Manifest& manifest);
 
 // NOT_FOUND naming the directory when it holds no manifest (a partial checkpoint says so:
-// "... is partial: rank files but no manifest.json").
+// "... is partial: rank files but no manifest.json"); FAILED_PRECONDITION when `dir` is a symbolic
+// link or its manifest is of format 1 (no checksum: UpgradeManifest); DATA_LOSS when the
+// manifest's checksum does not match its bytes, or `dir` is named for another step than its
+// manifest's ("step-000000000007 holds the checkpoint of step 1").
 absl::StatusOr<Manifest> ReadManifest(const std::string& dir);
+
+// The directory's entries against its manifest, without reading the rank files: every file it
+// lists is a regular file of its size (NOT_FOUND "X is missing", DATA_LOSS "X is truncated ..."),
+// and nothing else is there (DATA_LOSS "X is not listed in its manifest").
+absl::Status CheckFiles(const std::string& dir, const Manifest& manifest);
+
+// Gives a format-1 manifest (written before manifests had a checksum) its checksum, after checking
+// every rank file against it as Verify does: the operator's way to vouch for an old checkpoint.
+// OK and nothing changed when the manifest already has one; the old manifest stays as it was when
+// anything is wrong.
+absl::Status UpgradeManifest(const std::string& dir);
 
 // Whether a checkpoint of `manifest` can be loaded by a run of `layout`: the same tensor names
 // and shapes in the same order (dtypes may differ: the state is fp32). FAILED_PRECONDITION naming
@@ -121,8 +145,9 @@ absl::Status LoadState(const std::string& dir, const Manifest& manifest,
 absl::StatusOr<std::string> ReadExtra(const std::string& dir, const Manifest& manifest,
                                       int64_t rank);
 
-// Reads every file the manifest lists and checks sizes and checksums, and that the runs cover
-// the model exactly once. OK, or the first problem naming the file.
+// Reads the manifest (ReadManifest's checks) and every file it lists, and checks sizes and
+// checksums, that the runs cover the model exactly once and that nothing else is in the directory
+// (CheckFiles). OK, or the first problem naming the file.
 absl::Status Verify(const std::string& dir);
 
 // The full fp32 parameters by tensor name as a safetensors file (dtype F32, the layout's shapes),

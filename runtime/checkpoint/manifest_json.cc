@@ -1,5 +1,8 @@
 // manifest.json: the Manifest as JSON, and back. Checksums are 16 hex digits (a JSON number is
-// not a safe place for a uint64); runs are [offset, numel] pairs.
+// not a safe place for a uint64); runs are [offset, numel] pairs. The manifest's own checksum,
+// `manifest_xxh3`, is the XXH3-64 of the file's bytes with its 16 digits written as zeros: every
+// other byte is covered, and the one place it can be in the text is known (inside a JSON string
+// a quote is escaped, so `"manifest_xxh3": "` appears once, as the key).
 
 #include <cmath>
 #include <limits>
@@ -11,6 +14,7 @@
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/internal/checksums.h"
 #include "runtime/checkpoint/internal/manifest_checks.h"
+#include "runtime/common/status_macros.h"
 
 namespace zerod::checkpoint {
 namespace {
@@ -125,13 +129,10 @@ RankFile FileFromJson(const json& j, const std::string& path) {
   return f;
 }
 
-Manifest FromJson(const json& j) {
+// The fields of a manifest of `format_version` (kFormatVersion, or 1 for UpgradeManifest).
+Manifest FromJson(const json& j, int format_version) {
   Manifest m;
-  m.format_version = static_cast<int>(Int(j, "", "format_version"));
-  if (m.format_version != kFormatVersion) {
-    throw BadField("format_version",
-                   absl::StrCat("is ", m.format_version, "; this build reads ", kFormatVersion));
-  }
+  m.format_version = format_version;
   m.job_id = String(j, "", "job_id");
   m.step = NonNegative(j, "", "step");
   const json& c = At(j, "", "counters");
@@ -208,6 +209,89 @@ Manifest FromJson(const json& j) {
     m.user = String(j, "", "user");
   }
   m.created_unix_ms = Int(j, "", "created_unix_ms");
+  if (format_version >= 2) {
+    const json& recorded = At(j, "", "recorded");
+    if (!recorded.is_boolean()) throw BadField("recorded", "is not true or false");
+    m.recorded = recorded.get<bool>();
+  }
+  return m;
+}
+
+constexpr char kChecksumKey[] = "\"manifest_xxh3\": \"";
+constexpr char kNoChecksum[] = "0000000000000000";
+
+// `text` with the checksum's digits at `at` zeroed, hashed.
+uint64_t ChecksumOf(std::string text, size_t at) {
+  text.replace(at, 16, kNoChecksum);
+  return XXH3_64bits(text.data(), text.size());
+}
+
+// Checks `text`'s own checksum (`claimed`): DATA_LOSS naming `source` when the bytes differ.
+absl::Status CheckChecksum(const std::string& text, uint64_t claimed, const std::string& source) {
+  const std::string key = absl::StrCat(kChecksumKey, internal::HashHex(claimed), "\"");
+  const size_t at = text.find(key);
+  if (at == std::string::npos || text.find(key, at + 1) != std::string::npos) {
+    return absl::DataLossError(
+        absl::StrCat(source,
+                     ": checksum field is not where a save writes it: the manifest was edited or "
+                     "damaged"));
+  }
+  const uint64_t actual = ChecksumOf(text, at + sizeof(kChecksumKey) - 1);
+  if (actual != claimed) {
+    return absl::DataLossError(
+        absl::StrCat(source, ": checksum mismatch: its bytes hash to ", internal::HashHex(actual),
+                     ", its manifest_xxh3 says ", internal::HashHex(claimed),
+                     " (the manifest was edited or damaged after its save)"));
+  }
+  return absl::OkStatus();
+}
+
+// The directory a manifest at `source` belongs to, for messages.
+std::string DirectoryOf(const std::string& source) {
+  const std::string suffix = absl::StrCat("/", kManifestName);
+  if (source.size() > suffix.size() &&
+      source.compare(source.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    return source.substr(0, source.size() - suffix.size());
+  }
+  return source;
+}
+
+// Parses and checks `text`; `legacy`: a format-1 manifest (no checksum) is read too.
+absl::StatusOr<Manifest> Parse(const std::string& text, const std::string& source, bool legacy) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat(source, " is not valid JSON: ", e.what()));
+  }
+  Manifest m;
+  try {
+    const int version = static_cast<int>(Int(j, "", "format_version"));
+    if (version == 1 && !legacy) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          source,
+          " is of format 1, written before manifests had a checksum: no checksum covers "
+          "its step, counters or user data, so it is not loaded as it is; check it and "
+          "add one with `zeroctl checkpoint upgrade ",
+          DirectoryOf(source), "`"));
+    }
+    if (version != kFormatVersion && !(legacy && version == 1)) {
+      throw BadField("format_version",
+                     absl::StrCat("is ", version, "; this build reads ", kFormatVersion));
+    }
+    if (version >= 2) {
+      m.manifest_xxh3 = Hash(At(j, "", "manifest_xxh3"), "manifest_xxh3");
+      ZEROD_RETURN_IF_ERROR(CheckChecksum(text, m.manifest_xxh3, source));
+    }
+    const uint64_t checksum = m.manifest_xxh3;
+    m = FromJson(j, version);
+    m.manifest_xxh3 = checksum;
+  } catch (const BadField& e) {
+    return absl::DataLossError(absl::StrCat(source, ": ", e.what()));
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat(source, ": ", e.what()));
+  }
+  ZEROD_RETURN_IF_ERROR(internal::CheckManifest(m, source));
   return m;
 }
 
@@ -242,34 +326,38 @@ std::string ManifestToJson(const Manifest& m) {
             {"plan_digest", m.plan_digest},
             {"total_numel", m.total_numel},
             {"files", files},
-            {"created_unix_ms", m.created_unix_ms}};
+            {"created_unix_ms", m.created_unix_ms},
+            {"recorded", m.recorded},
+            {"manifest_xxh3", kNoChecksum}};
   // The trainer's bytes are opaque: text when JSON can hold them, base64 when not.
   if (ValidUtf8(m.user)) {
     j["user"] = m.user;
   } else {
     j["user_base64"] = absl::Base64Escape(m.user);
   }
-  return j.dump(1) + "\n";
+  // A format-1 manifest (as builds before the checksum wrote them) has neither field.
+  if (m.format_version < 2) {
+    j.erase("manifest_xxh3");
+    j.erase("recorded");
+    return j.dump(1) + "\n";
+  }
+  std::string text = j.dump(1) + "\n";
+  const size_t at = text.find(absl::StrCat(kChecksumKey, kNoChecksum)) + sizeof(kChecksumKey) - 1;
+  text.replace(at, 16, internal::HashHex(ChecksumOf(text, at)));
+  return text;
 }
 
 absl::StatusOr<Manifest> ManifestFromJson(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return absl::DataLossError(absl::StrCat(source, " is not valid JSON: ", e.what()));
-  }
-  Manifest m;
-  try {
-    m = FromJson(j);
-  } catch (const BadField& e) {
-    return absl::DataLossError(absl::StrCat(source, ": ", e.what()));
-  } catch (const json::exception& e) {
-    return absl::DataLossError(absl::StrCat(source, ": ", e.what()));
-  }
-  absl::Status s = internal::CheckManifest(m, source);
-  if (!s.ok()) return s;
-  return m;
+  return Parse(text, source, /*legacy=*/false);
 }
+
+namespace internal {
+
+absl::StatusOr<Manifest> LegacyManifestFromJson(const std::string& text,
+                                                const std::string& source) {
+  return Parse(text, source, /*legacy=*/true);
+}
+
+}  // namespace internal
 
 }  // namespace zerod::checkpoint

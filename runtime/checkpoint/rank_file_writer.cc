@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/internal/checksums.h"
-#include "runtime/checkpoint/internal/file_io.h"
 #include "runtime/checkpoint/internal/manifest_checks.h"
+#include "runtime/common/safe_file.h"
 #include "runtime/common/status_macros.h"
 
 namespace zerod::checkpoint {
@@ -25,6 +25,14 @@ static_assert(std::endian::native == std::endian::little,
 constexpr int64_t kChunkNumel = int64_t{2} << 20;  // 8 MiB of fp32
 
 std::atomic<SaveFailureInjection> failure_injection{nullptr};
+
+// A checkpoint's files go only into the step directory the save made, never through a link put
+// in its place.
+SafeWriteOptions InStepDirectory() {
+  SafeWriteOptions options;
+  options.parent_must_not_be_link = true;
+  return options;
+}
 
 }  // namespace
 
@@ -41,7 +49,7 @@ absl::StatusOr<RankFile> WriteRankFile(const std::string& dir, engine::ZeroEngin
   f.bytes = 12 * f.numel + f.extra_bytes;
   const std::string path = absl::StrCat(dir, "/", f.name);
 
-  ZEROD_ASSIGN_OR_RETURN(internal::AtomicFile file, internal::AtomicFile::Create(path));
+  ZEROD_ASSIGN_OR_RETURN(AtomicFileWriter file, AtomicFileWriter::Create(path, InStepDirectory()));
   internal::FileHasher hasher(kChecksumBlockBytes);
   std::vector<float> chunk(
       static_cast<size_t>(std::min(kChunkNumel, std::max<int64_t>(f.numel, 1))));
@@ -52,7 +60,9 @@ absl::StatusOr<RankFile> WriteRankFile(const std::string& dir, engine::ZeroEngin
     hasher.Update(bytes, filled * 4);
     ZEROD_RETURN_IF_ERROR(file.Append(bytes, filled * 4));
     filled = 0;
-    if (SaveFailureInjection hook = failure_injection.load()) hook(path, file.bytes_written());
+    if (SaveFailureInjection hook = failure_injection.load()) {
+      ZEROD_RETURN_IF_ERROR(hook(path, file.bytes_written()));
+    }
     return absl::OkStatus();
   };
   for (int s = 0; s < engine::kStateTensorCount; ++s) {
@@ -100,7 +110,7 @@ absl::Status WriteManifest(const std::string& dir, const Manifest& manifest) {
           file, " holds ", st.st_size, " bytes where its manifest entry says ", f.bytes));
     }
   }
-  return internal::WriteFileAtomically(path, ManifestToJson(manifest));
+  return WriteFileAtomically(path, ManifestToJson(manifest), InStepDirectory());
 }
 
 }  // namespace zerod::checkpoint

@@ -9,9 +9,9 @@
 #include "nlohmann/json.hpp"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/internal/checked_files.h"
-#include "runtime/checkpoint/internal/file_io.h"
 #include "runtime/checkpoint/internal/manifest_checks.h"
 #include "runtime/checkpoint/internal/run_index.h"
+#include "runtime/common/safe_file.h"
 #include "runtime/common/status_macros.h"
 
 namespace zerod::checkpoint {
@@ -50,7 +50,7 @@ absl::Status ExportSafetensors(const std::string& dir, const std::string& out) {
   char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
 
-  ZEROD_ASSIGN_OR_RETURN(internal::AtomicFile file, internal::AtomicFile::Create(out));
+  ZEROD_ASSIGN_OR_RETURN(AtomicFileWriter file, AtomicFileWriter::Create(out));
   ZEROD_RETURN_IF_ERROR(file.Append(length, 8));
   ZEROD_RETURN_IF_ERROR(file.Append(header));
   internal::CheckedFiles files(

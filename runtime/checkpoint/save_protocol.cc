@@ -1,59 +1,44 @@
 #include "runtime/checkpoint/save_protocol.h"
 
-#include <algorithm>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
-#include <map>
 #include <system_error>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
-#include "runtime/checkpoint/internal/file_io.h"
+#include "runtime/checkpoint/internal/protocol_store.h"
+#include "runtime/checkpoint/internal/selection.h"
+#include "runtime/common/safe_file.h"
 #include "runtime/common/status_macros.h"
 #include "runtime/plan/digest.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
-#include "spdlog/spdlog.h"
 
 namespace zerod::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
+using internal::Absolute;
+using internal::Await;
+using internal::DecodeStatus;
+using internal::EncodeStatus;
+using internal::ForgetKeys;
+using internal::HasManifest;
+using internal::Log;
+using internal::Named;
+using internal::NextCall;
+using internal::RankKeys;
+using internal::RecordsByDirectory;
+using internal::RememberKeys;
+using internal::Scan;
+using internal::SetFirst;
+using internal::Skipped;
+using internal::StepDir;
 using nlohmann::json;
-
-spdlog::logger& Log() {
-  static const std::shared_ptr<spdlog::logger> logger = [] {
-    std::shared_ptr<spdlog::logger> found = spdlog::get("checkpoint");
-    return found != nullptr ? found : spdlog::stderr_color_mt("checkpoint");
-  }();
-  return *logger;
-}
-
-// ---- Values in the store: a status, or OK with a payload. ----
-
-std::string EncodeStatus(const absl::Status& status, const std::string& payload = "") {
-  if (status.ok()) return "OK\n" + payload;
-  return absl::StrCat("ERR ", static_cast<int>(status.code()), "\n", status.message());
-}
-
-// The payload of an OK value, or the error it carries.
-absl::StatusOr<std::string> DecodeStatus(const std::string& value, const std::string& key) {
-  const size_t newline = value.find('\n');
-  const std::string head = value.substr(0, newline);
-  const std::string rest = newline == std::string::npos ? "" : value.substr(newline + 1);
-  if (head == "OK") return rest;
-  int code = 0;
-  if (absl::StartsWith(head, "ERR ") && absl::SimpleAtoi(head.substr(4), &code) && code > 0 &&
-      code <= 16) {
-    return absl::Status(static_cast<absl::StatusCode>(code), rest);
-  }
-  return absl::InternalError(absl::StrCat("checkpoint: store key ", key, " holds '",
-                                          value.substr(0, 64), "', not a status"));
-}
 
 std::string EncodeRankFile(const RankFile& f) {
   json runs = json::array();
@@ -84,72 +69,6 @@ absl::StatusOr<RankFile> DecodeRankFile(const std::string& text, const std::stri
   }
 }
 
-// Which of this rank's Save/Load calls this is (1, 2, ...): the same on every rank, since every
-// rank makes the same calls in the same order.
-absl::StatusOr<int64_t> NextCall(comm::Store& store, int64_t rank) {
-  return store.Add(absl::StrCat("ckpt/calls/", rank), 1);
-}
-
-// The store keys of one Save or Load call, listed by rank 0 under `ckpt/keys/<call>`, so that a
-// later call can delete them: a job that snapshots every step would otherwise fill its store quota
-// (world + 2 keys a save).
-absl::Status RememberKeys(comm::Store& store, int64_t call, const std::vector<std::string>& keys) {
-  return store.Set(absl::StrCat("ckpt/keys/", call), absl::StrJoin(keys, "\n"));
-}
-
-// Deletes call `call`'s keys. Rank 0 calls it for the previous call once every rank has reached
-// this one's rendezvous, so nobody still waits on them. Best effort: a key left costs a little
-// of the quota, a failed delete is no reason to fail a save.
-void ForgetKeys(comm::Store& store, int64_t call) {
-  const std::string list_key = absl::StrCat("ckpt/keys/", call);
-  absl::StatusOr<std::string> list = store.Get(list_key, absl::ZeroDuration());
-  if (!list.ok()) return;
-  for (absl::string_view key : absl::StrSplit(*list, '\n', absl::SkipEmpty())) {
-    (void)store.Delete(std::string(key));
-  }
-  (void)store.Delete(list_key);
-}
-
-std::vector<std::string> RankKeys(const std::string& prefix, int64_t world) {
-  std::vector<std::string> keys;
-  for (int64_t r = 0; r < world; ++r) keys.push_back(absl::StrCat(prefix, r));
-  return keys;
-}
-
-absl::Duration Remaining(absl::Time deadline) {
-  return std::max(absl::ZeroDuration(), deadline - absl::Now());
-}
-
-// The value at `key`, waited for until `deadline`; a timeout says who was waited for.
-absl::StatusOr<std::string> Await(comm::Store& store, const std::string& key, absl::Time deadline,
-                                  const std::string& waiting_for, absl::Duration timeout) {
-  absl::StatusOr<std::string> value = store.Get(key, Remaining(deadline));
-  if (value.ok()) return value;
-  if (value.status().code() == absl::StatusCode::kDeadlineExceeded) {
-    return absl::DeadlineExceededError(absl::StrCat("checkpoint: ", waiting_for, " within ",
-                                                    absl::FormatDuration(timeout), " (key ", key,
-                                                    ")"));
-  }
-  return value.status();
-}
-
-// Sets `key` to `value` unless someone set it first; returns what it holds afterwards.
-absl::StatusOr<std::string> SetFirst(comm::Store& store, const std::string& key,
-                                     const std::string& value) {
-  return store.CompareSet(key, std::nullopt, value);
-}
-
-std::string Absolute(const std::string& path) {
-  std::error_code ec;
-  const fs::path p = fs::absolute(path, ec);
-  return (ec ? fs::path(path) : p).lexically_normal().string();
-}
-
-bool HasManifest(const std::string& dir) {
-  std::error_code ec;
-  return fs::exists(fs::path(dir) / kManifestName, ec);
-}
-
 // Takes `dir`'s manifest away (the directory synced), so that what is left is recognisably
 // partial: before its files are removed or replaced, or when the coordinator could not record it.
 absl::Status RemoveManifest(const std::string& dir) {
@@ -158,136 +77,63 @@ absl::Status RemoveManifest(const std::string& dir) {
     return absl::InternalError(
         absl::StrCat("checkpoint: cannot remove ", dir, "/", kManifestName, ": ", ec.message()));
   }
-  return internal::SyncDirectory(dir);
+  return SyncDirectory(dir);
 }
 
-const char* StateName(RecordState s) {
-  switch (s) {
-    case RecordState::kSaving:
-      return "saving";
-    case RecordState::kComplete:
-      return "complete";
-    case RecordState::kRemoved:
-      return "removed";
-  }
-  return "?";
-}
-
-// The coordinator's records by directory (empty without a recorder).
-absl::StatusOr<std::map<std::string, CheckpointRecordInfo>> RecordsByDirectory(Recorder* recorder) {
-  std::map<std::string, CheckpointRecordInfo> out;
-  if (recorder == nullptr) return out;
-  ZEROD_ASSIGN_OR_RETURN(std::vector<CheckpointRecordInfo> records, recorder->List());
-  for (CheckpointRecordInfo& r : records) {
-    const std::string dir = Absolute(r.directory);
-    out[dir] = std::move(r);
-  }
-  return out;
-}
-
-struct StepDir {
-  int64_t step = 0;
-  std::string dir;
-  std::string partial_because;  // empty: complete
-  bool recorded = false;        // the coordinator has a record of it
-};
-
-// The step directories under `root`, oldest first, each complete or partial with the reason.
-// A directory without a record (saved by another job) counts by its manifest alone.
-absl::StatusOr<std::vector<StepDir>> Scan(const std::string& root, Recorder* recorder) {
-  std::vector<StepDir> out;
+// The step directory `dir` as a directory of its own, made if missing (its root too): never a
+// link put in its place, which every write would go through.
+absl::Status MakeStepDirectory(const std::string& dir) {
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return out;
-  ZEROD_ASSIGN_OR_RETURN(auto records, RecordsByDirectory(recorder));
-  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    const int64_t step = StepOfDirectoryName(it->path().filename().string());
-    // A link (an operator's "best" pointing at a checkpoint) is not one of ours to count or
-    // remove: removing through it would break the checkpoint it points at.
-    if (step < 0 || it->is_symlink(ec) || !it->is_directory(ec)) continue;
-    StepDir d{step, Absolute(it->path().string()), "", false};
-    auto record = records.find(d.dir);
-    d.recorded = record != records.end();
-    if (!HasManifest(d.dir)) {
-      d.partial_because = "rank files but no manifest.json";
-    } else if (d.recorded && record->second.state != RecordState::kComplete) {
-      d.partial_because =
-          absl::StrCat("the coordinator's record says ", StateName(record->second.state));
-    }
-    out.push_back(std::move(d));
-  }
+  fs::create_directories(fs::path(dir).parent_path(), ec);
   if (ec) {
-    return absl::InternalError(absl::StrCat("checkpoint: cannot list ", root, ": ", ec.message()));
+    return absl::InternalError(absl::StrCat("checkpoint: cannot create ", dir, ": ", ec.message()));
   }
-  std::sort(out.begin(), out.end(),
-            [](const StepDir& a, const StepDir& b) { return a.step < b.step; });
-  return out;
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return FileError(errno, "cannot create the step directory", dir);
+  }
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return FileError(errno, "cannot stat", dir);
+  if (S_ISLNK(st.st_mode)) {
+    char target[4096];
+    const ssize_t n = ::readlink(dir.c_str(), target, sizeof(target) - 1);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint: ", dir, " is a symbolic link (to ",
+        n > 0 ? std::string(target, static_cast<size_t>(n)) : "?",
+        "): a save writes only into a step directory of its own, never through a link; remove "
+        "the link"));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint: ", dir, " is not a directory: remove it"));
+  }
+  return absl::OkStatus();
 }
 
-std::string Describe(const std::vector<StepDir>& partial) {
-  std::vector<std::string> parts;
-  for (const StepDir& d : partial)
-    parts.push_back(absl::StrCat(d.dir, " (", d.partial_because, ")"));
-  return absl::StrJoin(parts, ", ");
-}
-
-// What Load loads: a directory, or nothing (a root with no complete checkpoint).
-struct Choice {
-  std::string dir;  // empty: nothing to load
-  std::string nothing_because;
-};
-
-// Rank 0's choice with its manifest, read once: what it publishes and then loads.
-struct ChosenManifest {
-  Choice choice;
-  Manifest manifest;  // of choice.dir, when there is one
-};
-
-absl::StatusOr<Choice> Choose(const std::string& path, Recorder* recorder) {
-  const std::string abs = Absolute(path);
+// Empties a step directory a save that did not finish left (another world's rank files, the
+// temporary files of a rank killed while writing), so that it will hold this save's files alone.
+absl::Status ClearPartial(const std::string& dir) {
   std::error_code ec;
-  const bool exists = fs::exists(abs, ec);
-  if (exists && !fs::is_directory(abs, ec)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: ", abs,
-                     " is not a directory (expected a checkpoint root or "
-                     "a step directory)"));
-  }
-  const bool is_checkpoint =
-      HasManifest(abs) || StepOfDirectoryName(fs::path(abs).filename().string()) >= 0;
-  if (is_checkpoint) {
-    // One directory asked for by name: it loads or it is an error, never something else.
-    if (!exists) return absl::NotFoundError(absl::StrCat("checkpoint: ", abs, " does not exist"));
-    ZEROD_ASSIGN_OR_RETURN(auto records, RecordsByDirectory(recorder));
-    if (auto r = records.find(abs);
-        r != records.end() && r->second.state != RecordState::kComplete) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint: ", abs, " is partial: the coordinator's record says ",
-                       StateName(r->second.state), " (its save did not finish)"));
+  bool removed = false;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code remove_ec;
+    fs::remove_all(it->path(), remove_ec);  // an entry that is a link: the link alone
+    if (remove_ec) {
+      return absl::InternalError(
+          absl::StrCat("checkpoint: cannot remove ", it->path().string(),
+                       " left by a save that did not finish: ", remove_ec.message()));
     }
-    return Choice{abs, ""};
+    removed = true;
   }
-  ZEROD_ASSIGN_OR_RETURN(std::vector<StepDir> dirs, Scan(abs, recorder));
-  std::vector<StepDir> partial;
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    if (it->partial_because.empty()) {
-      if (!partial.empty()) {
-        Log().warn("checkpoint: loading {}, skipping newer partial checkpoints: {}", it->dir,
-                   Describe(partial));
-      }
-      return Choice{it->dir, ""};
-    }
-    partial.push_back(*it);
-  }
-  return Choice{"", absl::StrCat("no complete checkpoint under ", abs,
-                                 partial.empty() ? "" : " (skipped partial: ", Describe(partial),
-                                 partial.empty() ? "" : ")")};
+  if (ec)
+    return absl::InternalError(absl::StrCat("checkpoint: cannot list ", dir, ": ", ec.message()));
+  return removed ? SyncDirectory(dir) : absl::OkStatus();
 }
 
 // Removes one step directory: the manifest first, so that a crash half-way leaves a directory
 // recognisably partial, never a manifest over missing files.
 absl::Status RemoveStepDirectory(const StepDir& d, Recorder* recorder,
                                  const CheckpointRecordInfo& template_record) {
-  if (recorder != nullptr && d.recorded) {
+  if (recorder != nullptr && d.record) {
     CheckpointRecordInfo removed = template_record;
     removed.step = d.step;
     removed.directory = d.dir;
@@ -307,15 +153,18 @@ absl::Status RemoveStepDirectory(const StepDir& d, Recorder* recorder,
 // After step `step` is complete: keeps it and the keep_last - 1 newest complete ones before it,
 // and removes every older partial one. Only directories of this job: with a recorder, those it
 // has records of (another job sharing the root may be writing a partial one right now); without
-// one (an in-memory snapshot, in a directory of its own), every one.
+// one (an in-memory snapshot, in a directory of its own), every one. Never a link.
 absl::Status Prune(const std::string& root, int64_t step, int64_t keep_last, Recorder* recorder,
                    const CheckpointRecordInfo& template_record) {
   if (keep_last <= 0) return absl::OkStatus();
   ZEROD_ASSIGN_OR_RETURN(std::vector<StepDir> dirs, Scan(root, recorder));
   int64_t kept = 1;  // the new one
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    if (it->step >= step || (recorder != nullptr && !it->recorded)) continue;
-    if (it->partial_because.empty() && kept < keep_last) {
+    if (it->step >= step || it->skipped == Skipped::kNotThisJobs ||
+        (recorder != nullptr && !it->record)) {
+      continue;
+    }
+    if (it->skipped == Skipped::kNo && kept < keep_last) {
       ++kept;
       continue;
     }
@@ -324,12 +173,21 @@ absl::Status Prune(const std::string& root, int64_t step, int64_t keep_last, Rec
   return absl::OkStatus();
 }
 
-// Rank 0, before any rank writes: refuses to overwrite a complete checkpoint of the same step,
-// records the save as started, and creates the directory.
+// Rank 0, before any rank writes: refuses to overwrite a complete checkpoint of the same step (or
+// one this job never recorded), records the save as started, and makes the directory, emptied of
+// what a save that did not finish left there.
 absl::Status Begin(const std::string& dir, Recorder* recorder, const CheckpointRecordInfo& saving) {
-  if (HasManifest(dir)) {
+  struct stat st;
+  const bool exists = ::lstat(dir.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode) && HasManifest(dir)) {
     ZEROD_ASSIGN_OR_RETURN(auto records, RecordsByDirectory(recorder));
     auto r = records.find(dir);
+    if (recorder != nullptr && r == records.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint: ", dir, " holds a checkpoint job ", recorder->job_id(),
+          " never recorded (another job's, or copied in); a save does not replace it: move it "
+          "away"));
+    }
     if (r == records.end() || r->second.state == RecordState::kComplete) {
       return absl::AlreadyExistsError(
           absl::StrCat("checkpoint: step ", saving.step, " is already saved at ", dir,
@@ -339,14 +197,13 @@ absl::Status Begin(const std::string& dir, Recorder* recorder, const CheckpointR
     // before any rank file is replaced.
     ZEROD_RETURN_IF_ERROR(RemoveManifest(dir));
   }
+  // A link in the step directory's place is refused before anything is recorded.
+  if (exists && !S_ISDIR(st.st_mode)) ZEROD_RETURN_IF_ERROR(MakeStepDirectory(dir));
   if (recorder != nullptr) ZEROD_RETURN_IF_ERROR(recorder->Record(saving));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat("checkpoint: cannot create ", dir, ": ", ec.message()));
-  }
+  ZEROD_RETURN_IF_ERROR(MakeStepDirectory(dir));
+  ZEROD_RETURN_IF_ERROR(ClearPartial(dir));
   // The new directory's entry reaches the disk before any older checkpoint can be removed.
-  return internal::SyncDirectory(fs::path(dir).parent_path().string());
+  return SyncDirectory(fs::path(dir).parent_path().string());
 }
 
 // Rank 0, once every rank's entry is in: the manifest, the record, keep_last.
@@ -370,12 +227,20 @@ absl::StatusOr<int64_t> Finish(engine::ZeroEngine& engine, const std::string& ro
   m.files = std::move(files);
   m.user = options.user;
   m.created_unix_ms = absl::ToUnixMillis(absl::Now());
+  m.recorded = recorder != nullptr;
   int64_t bytes = 0;
   for (const RankFile& f : m.files) bytes += f.bytes;
   ZEROD_RETURN_IF_ERROR(WriteManifest(dir, m));
   if (recorder != nullptr) {
+    // The record names the manifest as written (read back: what a loader will read).
+    absl::StatusOr<Manifest> written = ReadManifest(dir);
+    if (!written.ok()) {
+      (void)RemoveManifest(dir);
+      return written.status();
+    }
     record.state = RecordState::kComplete;
     record.bytes = bytes;
+    record.manifest_xxh3 = written->manifest_xxh3;
     if (absl::Status recorded = recorder->Record(record); !recorded.ok()) {
       // Complete on disk but not on the coordinator's side: take the manifest back, so that no
       // reader counts it complete while the record says saving (a load would refuse it).
@@ -391,10 +256,6 @@ absl::StatusOr<int64_t> Finish(engine::ZeroEngine& engine, const std::string& ro
                pruned.ToString());
   }
   return bytes;
-}
-
-absl::Status Named(const absl::Status& s, const std::string& context) {
-  return absl::Status(s.code(), absl::StrCat(context, s.message()));
 }
 
 }  // namespace
@@ -413,7 +274,7 @@ absl::StatusOr<SavedCheckpoint> Save(engine::ZeroEngine& engine, comm::Store& st
                                                    "checkpoint, or a positive count)"));
   }
   const std::string root = Absolute(options.root);
-  const std::string dir = StepDirectory(root, step);
+  const std::string dir = Absolute(StepDirectory(root, step));  // as records are compared
   ZEROD_ASSIGN_OR_RETURN(const int64_t call, NextCall(store, rank));
   const std::string prefix = absl::StrCat("ckpt/", step, "/", call, "/");
   const std::string done_key = prefix + "done";
@@ -455,11 +316,7 @@ absl::StatusOr<SavedCheckpoint> Save(engine::ZeroEngine& engine, comm::Store& st
 
   // 2. Every rank writes its file and publishes its entry or its error.
   absl::StatusOr<RankFile> file = [&]() -> absl::StatusOr<RankFile> {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) {
-      return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-    }
+    ZEROD_RETURN_IF_ERROR(MakeStepDirectory(dir));
     return WriteRankFile(dir, engine, options.extra);
   }();
   if (!file.ok()) {
@@ -505,176 +362,6 @@ absl::StatusOr<SavedCheckpoint> Save(engine::ZeroEngine& engine, comm::Store& st
       std::string held,
       SetFirst(store, done_key, EncodeStatus(absl::OkStatus(), absl::StrCat(*bytes))));
   return outcome(held);
-}
-
-absl::StatusOr<std::string> LatestComplete(const std::string& root, Recorder* recorder) {
-  ZEROD_ASSIGN_OR_RETURN(std::vector<StepDir> dirs, Scan(Absolute(root), recorder));
-  std::vector<StepDir> partial;
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    if (it->partial_because.empty()) return it->dir;
-    partial.push_back(*it);
-  }
-  return absl::NotFoundError(absl::StrCat(
-      "checkpoint: no complete checkpoint under ", Absolute(root),
-      partial.empty() ? "" : " (skipped partial: ", Describe(partial), partial.empty() ? "" : ")"));
-}
-
-namespace {
-
-// Publishes this rank's verdict under `prefix`<rank> and waits for every rank's: the first
-// failure (its rank named) on every rank, or OK once all succeeded.
-absl::Status Agree(comm::Store& store, const std::string& prefix, int64_t rank, int64_t world,
-                   absl::Status mine, absl::Time deadline, absl::Duration timeout,
-                   const std::string& what) {
-  if (!mine.ok() && rank != 0) mine = Named(mine, absl::StrCat("rank ", rank, ": "));
-  ZEROD_RETURN_IF_ERROR(store.Set(absl::StrCat(prefix, rank), EncodeStatus(mine)));
-  for (int64_t r = 0; r < world; ++r) {
-    const std::string rank_key = absl::StrCat(prefix, r);
-    ZEROD_ASSIGN_OR_RETURN(
-        std::string verdict,
-        Await(store, rank_key, deadline, absl::StrCat("rank ", r, " did not ", what), timeout));
-    ZEROD_RETURN_IF_ERROR(DecodeStatus(verdict, rank_key).status());
-  }
-  return absl::OkStatus();
-}
-
-// Load's work; `nothing` says why when there is nothing to load.
-absl::StatusOr<std::optional<LoadedCheckpoint>> LoadChosen(
-    engine::ZeroEngine& engine, comm::Store& store, const std::string& path, Recorder* recorder,
-    absl::Duration timeout, std::string& nothing) {
-  const absl::Time deadline = absl::Now() + timeout;
-  const int64_t rank = engine.rank();
-  const int64_t world = engine.plan().world_size();
-  ZEROD_ASSIGN_OR_RETURN(const int64_t call, NextCall(store, rank));
-  const std::string key = absl::StrCat("ckpt/load/", call);
-
-  // Rank 0 chooses: "D <step> <created ms>\n<dir>", "N\n<why nothing>", or an error.
-  std::string published;
-  std::optional<Manifest> chosen_manifest;  // rank 0's, read once
-  if (rank == 0) {
-    absl::StatusOr<ChosenManifest> chosen = [&]() -> absl::StatusOr<ChosenManifest> {
-      ZEROD_ASSIGN_OR_RETURN(Choice choice, Choose(path, recorder));
-      if (choice.dir.empty()) return ChosenManifest{std::move(choice), Manifest{}};
-      ZEROD_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(choice.dir));
-      return ChosenManifest{std::move(choice), std::move(manifest)};
-    }();
-    if (!chosen.ok()) {
-      published = EncodeStatus(chosen.status());
-    } else if (chosen->choice.dir.empty()) {
-      published = EncodeStatus(absl::OkStatus(), "N\n" + chosen->choice.nothing_because);
-    } else {
-      const Manifest& m = chosen->manifest;
-      published = EncodeStatus(absl::OkStatus(), absl::StrCat("D ", m.step, " ", m.created_unix_ms,
-                                                              "\n", chosen->choice.dir));
-      chosen_manifest = std::move(chosen->manifest);
-    }
-    std::vector<std::string> keys = RankKeys(key + "/rank/", world);
-    for (std::string& k : RankKeys(key + "/read/", world)) keys.push_back(std::move(k));
-    keys.push_back(key);
-    ZEROD_RETURN_IF_ERROR(RememberKeys(store, call, keys));
-    ZEROD_RETURN_IF_ERROR(store.Set(key, published));
-  } else {
-    ZEROD_ASSIGN_OR_RETURN(published, Await(store, key, deadline,
-                                            "rank 0 did not choose a checkpoint to load", timeout));
-  }
-  ZEROD_ASSIGN_OR_RETURN(const std::string choice, DecodeStatus(published, key));
-  const size_t newline = choice.find('\n');
-  const std::string head = choice.substr(0, newline);
-  const std::string rest = newline == std::string::npos ? "" : choice.substr(newline + 1);
-  if (head == "N") {
-    nothing = rest;
-    return std::nullopt;
-  }
-  const std::vector<std::string> fields = absl::StrSplit(head, ' ');
-  int64_t step = 0, created_ms = 0;
-  if (fields.size() != 3 || fields[0] != "D" || !absl::SimpleAtoi(fields[1], &step) ||
-      !absl::SimpleAtoi(fields[2], &created_ms)) {
-    return absl::InternalError(absl::StrCat("checkpoint: store key ", key, " holds '", choice,
-                                            "', not a choice of checkpoint"));
-  }
-  const std::string dir = rest;
-
-  // Every rank checks that it sees rank 0's checkpoint (a directory every rank shares), and all
-  // learn each other's verdict before Restore's collective, so nobody waits in it for a rank
-  // that gave up.
-  absl::StatusOr<Manifest> manifest =
-      chosen_manifest ? absl::StatusOr<Manifest>(*std::move(chosen_manifest)) : ReadManifest(dir);
-  absl::Status mine = manifest.status();
-  if (mine.ok() && (manifest->step != step || manifest->created_unix_ms != created_ms)) {
-    mine = absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint: rank ", rank, " reads another checkpoint at ", dir, " (step ", manifest->step,
-        ", saved at ", manifest->created_unix_ms, " ms) than rank 0 (step ", step, ", saved at ",
-        created_ms, " ms): is the directory on a filesystem every rank shares?"));
-  }
-  if (mine.ok()) mine = CheckLayout(*manifest, engine.plan().tensors(), dir);
-  ZEROD_RETURN_IF_ERROR(Agree(store, absl::StrCat(key, "/rank/"), rank, world, mine, deadline,
-                              timeout, absl::StrCat("check ", dir)));
-  // Every rank reached this call: the previous call's keys are read by nobody any more.
-  if (rank == 0) ForgetKeys(store, call - 1);
-
-  // Each rank reads its own part; a damaged block only one rank reads fails that rank, so every
-  // rank again learns every verdict before FinishRestore's collective (stages 1-2 all-gather the
-  // parameters), rather than wait in it for a rank that gave up.
-  LoadedCheckpoint loaded;
-  loaded.step = step;
-  loaded.directory = dir;
-  const absl::Time read_start = absl::Now();
-  absl::Status read = LoadState(dir, *manifest, engine);
-  loaded.read_time = absl::Now() - read_start;
-  if (read.ok()) {
-    absl::StatusOr<std::string> extra = ReadExtra(dir, *manifest, rank);
-    read = extra.status();
-    if (extra.ok()) loaded.extra = *std::move(extra);
-  }
-  ZEROD_RETURN_IF_ERROR(Agree(store, absl::StrCat(key, "/read/"), rank, world, read, deadline,
-                              timeout, absl::StrCat("read ", dir)));
-  ZEROD_RETURN_IF_ERROR(engine.FinishRestore(manifest->counters));
-  loaded.manifest = *std::move(manifest);
-  return loaded;
-}
-
-}  // namespace
-
-absl::StatusOr<std::optional<LoadedCheckpoint>> LoadIfAny(engine::ZeroEngine& engine,
-                                                          comm::Store& store,
-                                                          const std::string& path,
-                                                          Recorder* recorder,
-                                                          absl::Duration timeout) {
-  std::string nothing;
-  return LoadChosen(engine, store, path, recorder, timeout, nothing);
-}
-
-absl::StatusOr<std::optional<LoadedCheckpoint>> LoadNewestIfAny(
-    engine::ZeroEngine& engine, comm::Store& store, const std::vector<std::string>& roots,
-    Recorder* recorder, absl::Duration timeout) {
-  if (roots.empty()) return absl::InvalidArgumentError("checkpoint: no roots to load from");
-  // Only rank 0's path is read (it chooses for everyone): the others pass the first root.
-  std::string path = roots.front();
-  if (engine.rank() == 0) {
-    int64_t newest = -1;
-    for (const std::string& root : roots) {
-      absl::StatusOr<std::string> dir = LatestComplete(root, recorder);
-      if (absl::IsNotFound(dir.status())) continue;
-      ZEROD_RETURN_IF_ERROR(dir.status());
-      const int64_t step = StepOfDirectoryName(fs::path(*dir).filename().string());
-      if (step > newest) {
-        newest = step;
-        path = *dir;
-      }
-    }
-  }
-  std::string nothing;
-  return LoadChosen(engine, store, path, recorder, timeout, nothing);
-}
-
-absl::StatusOr<LoadedCheckpoint> Load(engine::ZeroEngine& engine, comm::Store& store,
-                                      const std::string& path, Recorder* recorder,
-                                      absl::Duration timeout) {
-  std::string nothing;
-  ZEROD_ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> loaded,
-                         LoadChosen(engine, store, path, recorder, timeout, nothing));
-  if (!loaded.has_value()) return absl::NotFoundError(absl::StrCat("checkpoint: ", nothing));
-  return *std::move(loaded);
 }
 
 }  // namespace zerod::checkpoint

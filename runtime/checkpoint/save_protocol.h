@@ -30,9 +30,18 @@
 // has no manifest (partial) or the coordinator's record still says saving.
 //
 // Load: the newest complete checkpoint under a root (or one given directory), resharded to the
-// engine's world and stage. "Complete" needs the manifest; when a Recorder is given, the
-// coordinator's record must also say complete (a manifest whose record says saving came from a
-// save that did not finish on the coordinator's side and is skipped).
+// engine's world and stage. Which directories of a root count goes by the records
+// (internal/selection.h): with a Recorder, a checkpoint the coordinator recorded complete there
+// (its manifest the one recorded) for this job or for the job that saved it (an earlier run
+// writing into the same root), or an in-memory snapshot of this job (not recorded, its manifest
+// names the job); without one (no coordinator: a test, a tool) the root is the job's own and every
+// complete checkpoint in it counts. A link named like a step, a partial save, a
+// checkpoint of another job are skipped with the reason. A damaged one (a checksum that does not
+// match, a missing or stray file) is skipped too: rank 0 sets it aside (`step-N.damaged-<ms>`,
+// recorded removed) and every rank loads the next newest instead, so a restart falls back to the
+// newest intact checkpoint; rank 0 logs what it skipped and why. When only damaged ones are left
+// the load fails (DATA_LOSS naming each), never starts afresh. A directory named explicitly loads
+// or fails, never falls back.
 
 #include <cstdint>
 #include <memory>
@@ -57,6 +66,7 @@ struct CheckpointRecordInfo {
   int stage = 0;
   RecordState state = RecordState::kSaving;
   int64_t bytes = 0;
+  uint64_t manifest_xxh3 = 0;  // with kComplete: the manifest's checksum (0: not known)
 };
 
 // The coordinator's durable record of a job's checkpoints (the session implements it over gRPC;
@@ -66,6 +76,12 @@ class Recorder {
   virtual ~Recorder() = default;
   virtual absl::Status Record(const CheckpointRecordInfo& record) = 0;
   virtual absl::StatusOr<std::vector<CheckpointRecordInfo>> List() = 0;
+  // Another job's records: a checkpoint that job saved in this job's root counts only where that
+  // job recorded it, so that a later job resumes from an earlier one's root but not from a
+  // checkpoint copied in.
+  virtual absl::StatusOr<std::vector<CheckpointRecordInfo>> ListOf(const std::string& job_id) = 0;
+  // The job whose records these are: an unrecorded snapshot counts only when its manifest names it.
+  virtual const std::string& job_id() const = 0;
 };
 
 struct SaveOptions {

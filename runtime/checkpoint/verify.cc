@@ -6,6 +6,7 @@
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/internal/checksums.h"
 #include "runtime/checkpoint/internal/file_io.h"
+#include "runtime/checkpoint/internal/manifest_checks.h"
 #include "runtime/common/status_macros.h"
 
 namespace zerod::checkpoint {
@@ -15,14 +16,7 @@ constexpr int64_t kReadBytes = int64_t{8} << 20;
 
 absl::Status VerifyFile(const std::string& path, const RankFile& want) {
   ZEROD_ASSIGN_OR_RETURN(internal::ReadOnlyFile file, internal::ReadOnlyFile::Open(path));
-  if (file.size() < want.bytes) {
-    return absl::DataLossError(absl::StrCat(path, " is truncated: ", file.size(),
-                                            " bytes, the manifest says ", want.bytes));
-  }
-  if (file.size() > want.bytes) {
-    return absl::DataLossError(
-        absl::StrCat(path, " holds ", file.size(), " bytes, the manifest says ", want.bytes));
-  }
+  ZEROD_RETURN_IF_ERROR(internal::CheckSize(path, file.size(), want.bytes));
   internal::FileHasher hasher(kChecksumBlockBytes);
   std::vector<char> buffer(
       static_cast<size_t>(std::min(kReadBytes, std::max<int64_t>(want.bytes, 1))));
@@ -49,15 +43,31 @@ absl::Status VerifyFile(const std::string& path, const RankFile& want) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status Verify(const std::string& dir) {
-  // ReadManifest checks the manifest itself: sizes that add up, runs that cover the model once.
-  ZEROD_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(dir));
+// Every file of `manifest` read whole and checked, and nothing else in `dir`.
+absl::Status VerifyFiles(const std::string& dir, const Manifest& manifest) {
+  ZEROD_RETURN_IF_ERROR(CheckFiles(dir, manifest));
   for (const RankFile& f : manifest.files) {
     ZEROD_RETURN_IF_ERROR(VerifyFile(absl::StrCat(dir, "/", f.name), f));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Verify(const std::string& dir) {
+  // ReadManifest checks the manifest itself: its checksum, sizes that add up, runs that cover the
+  // model once.
+  ZEROD_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(dir));
+  return VerifyFiles(dir, manifest);
+}
+
+absl::Status UpgradeManifest(const std::string& dir) {
+  ZEROD_ASSIGN_OR_RETURN(Manifest manifest, internal::ReadManifest(dir, /*legacy=*/true));
+  if (manifest.format_version == kFormatVersion) return absl::OkStatus();
+  ZEROD_RETURN_IF_ERROR(VerifyFiles(dir, manifest));
+  manifest.format_version = kFormatVersion;
+  manifest.recorded = true;  // format 1 did not say; a snapshot does not outlive its node anyway
+  return WriteManifest(dir, manifest);
 }
 
 }  // namespace zerod::checkpoint

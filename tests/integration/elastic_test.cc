@@ -4,6 +4,7 @@
 // with the unsharded reference on the same global batches.
 
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -26,12 +27,16 @@ struct Run {
 };
 
 ProcessResult Launch(ZerodHarness& zerod, const Run& run, const std::string& stage) {
-  std::vector<std::string> argv = {
-      ZERORUN_PATH, "-n",   std::to_string(run.ranks), "--endpoint", zerod.endpoint(),
-      "--job",      run.job};
+  std::vector<std::string> argv = {Built(ZERORUN_PATH),
+                                   "-n",
+                                   std::to_string(run.ranks),
+                                   "--endpoint",
+                                   zerod.endpoint(),
+                                   "--job",
+                                   run.job};
   argv.insert(argv.end(), run.zerorun_flags.begin(), run.zerorun_flags.end());
   for (const std::string& a :
-       {std::string("--"), std::string(TRAIN_MLP_PATH), std::string("--stage"), stage,
+       {std::string("--"), Built(TRAIN_MLP_PATH), std::string("--stage"), stage,
         std::string("--dtype"), std::string("fp32"), std::string("--seed"), std::string("5")}) {
     argv.push_back(a);
   }
@@ -82,7 +87,7 @@ TEST(Elastic, AKilledRankIsReplacedFromTheInMemorySnapshotAndTheRunEndsAsIfUnint
 TEST(Elastic, WithMinRanksTheWorldShrinksKeepingTheGlobalBatchAndTheStage3RunEndsAsTheReference) {
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
-  const ProcessResult reference = RunProcess({TRAIN_MLP_PATH, "--reference", "--world", "4",
+  const ProcessResult reference = RunProcess({Built(TRAIN_MLP_PATH), "--reference", "--world", "4",
                                               "--dtype", "fp32", "--steps", "10", "--seed", "5"});
   ASSERT_EQ(reference.exit_code, 0) << reference.err;
   const ProcessResult r = Launch(zerod,
@@ -144,9 +149,15 @@ TEST(Elastic, ARankKilledMidSaveLeavesAPartialCheckpointThatIsReportedAndNeverLo
   EXPECT_EQ(killed.exit_code, 137) << killed.out << killed.err;
   EXPECT_THAT(killed.out, HasSubstr("[rank 1] failure injection: SIGKILL with"));
   const std::string step8 = checkpoints.path() + "/step-000000000008";
-  EXPECT_TRUE(std::filesystem::exists(step8 + "/rank-00001.shard.tmp"));
+  // The rank's file is still under its temporary name (rank-00001.shard.XXXXXX.tmp).
+  bool half_written = false;
+  for (const auto& entry : std::filesystem::directory_iterator(step8)) {
+    const std::string name = entry.path().filename().string();
+    half_written |= name.rfind("rank-00001.shard.", 0) == 0 && entry.path().extension() == ".tmp";
+  }
+  EXPECT_TRUE(half_written);
   EXPECT_FALSE(std::filesystem::exists(step8 + "/manifest.json"));
-  const ProcessResult verify = RunProcess({ZEROCTL_PATH, "checkpoint", "verify", step8});
+  const ProcessResult verify = RunProcess({Built(ZEROCTL_PATH), "checkpoint", "verify", step8});
   EXPECT_EQ(verify.exit_code, 1) << verify.out << verify.err;
   EXPECT_THAT(verify.out + verify.err, HasSubstr("partial"));
   const ProcessResult listed = zerod.Zeroctl({"checkpoints", "midsave"});
@@ -166,7 +177,7 @@ TEST(Elastic, ARankKilledMidSaveLeavesAPartialCheckpointThatIsReportedAndNeverLo
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
   EXPECT_THAT(resumed.out, HasSubstr("rank 0: resumed from step 4"));
   EXPECT_NEAR(FinalLoss(resumed), FinalLoss(whole), kSameRun * FinalLoss(whole));
-  EXPECT_EQ(RunProcess({ZEROCTL_PATH, "checkpoint", "verify", step8}).exit_code, 0);
+  EXPECT_EQ(RunProcess({Built(ZEROCTL_PATH), "checkpoint", "verify", step8}).exit_code, 0);
 }
 
 TEST(Elastic, APartialCheckpointIsSkippedAndTheLastCompleteOneIsLoaded) {
@@ -185,9 +196,11 @@ TEST(Elastic, APartialCheckpointIsSkippedAndTheLastCompleteOneIsLoaded) {
   const std::string partial = checkpoints.path() + "/step-000000000006";
   std::filesystem::copy(checkpoints.path() + "/step-000000000004", partial);
   std::filesystem::remove(partial + "/manifest.json");
-  const ProcessResult verify = RunProcess({ZEROCTL_PATH, "checkpoint", "verify", partial});
+  const ProcessResult verify = RunProcess({Built(ZEROCTL_PATH), "checkpoint", "verify", partial});
   EXPECT_NE(verify.exit_code, 0);
   EXPECT_THAT(verify.out + verify.err, HasSubstr("partial"));
+  // A later job resuming from the root where "partial" saved (that job's records list it there):
+  // step 4, saying why not step 6.
   const ProcessResult resumed = Launch(
       zerod,
       {"partial-2", 2, {}, {"--steps", "6", "--checkpoint-dir", checkpoints.path(), "--resume"}},
@@ -195,6 +208,74 @@ TEST(Elastic, APartialCheckpointIsSkippedAndTheLastCompleteOneIsLoaded) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
   EXPECT_THAT(resumed.out, HasSubstr("resumed from step 4"));
   EXPECT_THAT(resumed.out, Not(HasSubstr("resumed from step 6")));
+  EXPECT_THAT(resumed.err, HasSubstr("skipped newer: " + partial + " (rank files but no manifest"));
+}
+
+// The case: the newest checkpoint is damaged (one byte of a rank file). An elastic run
+// (--max-restarts 2) resuming from the root falls back to the newest intact one at once, saying
+// which it skipped and why, instead of failing on the damaged one until its restarts are spent;
+// it trains on as the uninterrupted run, saving the damaged step again.
+TEST(Elastic, ADamagedNewestCheckpointIsSkippedForTheNewestIntactOneInsteadOfSpendingTheRestarts) {
+  ZerodHarness zerod;
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  TempDir checkpoints;
+  const ProcessResult whole = Launch(zerod, {"damaged-whole", 2, {}, {"--steps", "6"}}, "2");
+  ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
+  const std::vector<std::string> saving = {
+      "--checkpoint-dir", checkpoints.path(), "--checkpoint-every", "2", "--keep-last", "0"};
+  std::vector<std::string> flags = saving;
+  flags.insert(flags.end(), {"--steps", "4"});
+  const ProcessResult first = Launch(zerod, {"damaged", 2, {}, flags}, "2");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const std::string step4 = checkpoints.path() + "/step-000000000004";
+  {
+    std::fstream f(step4 + "/rank-00001.shard", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('\x7f');
+  }
+  flags = saving;
+  flags.insert(flags.end(), {"--steps", "6", "--resume"});
+  const ProcessResult r = Launch(zerod, {"damaged", 2, {"--max-restarts", "2"}, flags}, "2");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("zerorun: restart")));
+  EXPECT_THAT(r.out, HasSubstr("rank 0: resumed from step 2"));
+  EXPECT_THAT(r.err, HasSubstr("skipped newer: " + step4));
+  EXPECT_THAT(r.err, HasSubstr("rank-00001.shard: checksum mismatch"));
+  EXPECT_THAT(r.err, HasSubstr("set aside as " + step4 + ".damaged-"));
+  EXPECT_NEAR(FinalLoss(r), FinalLoss(whole), kSameRun * FinalLoss(whole));
+  EXPECT_EQ(RunProcess({Built(ZEROCTL_PATH), "checkpoint", "verify", step4}).exit_code, 0);
+}
+
+// Another job's checkpoint copied into this job's root at a higher step: no record lists it there
+// (this job never saved it, and the job that did recorded it in its own root), so the resume takes
+// this job's own newest and says why not the other.
+TEST(Elastic, AnotherJobsCheckpointCopiedInIsNotResumedFrom) {
+  ZerodHarness zerod;
+  ASSERT_NO_FATAL_FAILURE(zerod.Start());
+  TempDir theirs, mine;
+  const ProcessResult other =
+      Launch(zerod,
+             {"theirs",
+              2,
+              {},
+              {"--steps", "6", "--checkpoint-dir", theirs.path(), "--checkpoint-every", "6"}},
+             "2");
+  ASSERT_EQ(other.exit_code, 0) << other.out << other.err;
+  const ProcessResult first = Launch(
+      zerod,
+      {"mine", 2, {}, {"--steps", "2", "--checkpoint-dir", mine.path(), "--checkpoint-every", "2"}},
+      "2");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  std::filesystem::copy(theirs.path() + "/step-000000000006", mine.path() + "/step-000000000006",
+                        std::filesystem::copy_options::recursive);
+  const ProcessResult resumed = Launch(
+      zerod, {"mine", 2, {}, {"--steps", "4", "--checkpoint-dir", mine.path(), "--resume"}}, "2");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_THAT(resumed.out, HasSubstr("rank 0: resumed from step 2"));
+  EXPECT_THAT(resumed.err,
+              HasSubstr(mine.path() + "/step-000000000006 (not in job mine's records: "
+                                      "saved by job theirs, which did not record it complete "
+                                      "here (copied in?))"));
 }
 
 }  // namespace

@@ -108,3 +108,30 @@ def test_save_refuses_bad_arguments_naming_them(one_rank_job, tmp_path):
     assert not any(tmp_path.iterdir())
     path = zt.save(tmp_path, user={"epoch": 0})
     assert zt.load(tmp_path) == (0, {"epoch": 0}, path)
+
+
+def test_resume_skips_a_partial_and_a_damaged_newest_checkpoint_saying_so(one_rank_job, tmp_path,
+                                                                         capfd):
+    """zt.resume falls back to the newest intact checkpoint, and says on stderr which newer ones
+    it skipped and why (zt.load does the same)."""
+    import shutil
+    from pathlib import Path
+    import zerod.torch as zt
+    model, opt = zt.shard(torch.nn.Linear(3, 2), stage=2)
+    intact = zt.save(tmp_path, user={"epoch": 0})
+    model(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    damaged = Path(zt.save(tmp_path, user={"epoch": 1}))
+    data = bytearray((damaged / "rank-00000.shard").read_bytes())
+    data[4] ^= 0x10
+    (damaged / "rank-00000.shard").write_bytes(bytes(data))
+    partial = tmp_path / "step-000000000005"
+    partial.mkdir()
+    shutil.copy(Path(intact) / "rank-00000.shard", partial / "rank-00000.shard")
+    capfd.readouterr()
+    ckpt = zt.resume(tmp_path)
+    err = capfd.readouterr().err
+    assert ckpt == (0, {"epoch": 0}, intact)
+    assert f"skipped newer: {partial} (rank files but no manifest.json)" in err, err
+    assert f"{damaged} ({damaged}/rank-00000.shard: checksum mismatch" in err, err
+    assert f"set aside as {damaged}.damaged-" in err, err

@@ -93,6 +93,7 @@ TEST_F(CheckpointRecordsTest, ASaveRecordedThenCompletedIsKeptWithTheDaemonsTime
   clock_.Advance(absl::Seconds(30));
   v1::CheckpointRecord complete = Checkpoint(100, v1::CHECKPOINT_COMPLETE, "/ckpt/100");
   complete.set_bytes(123456);
+  complete.set_manifest_xxh3(0xfedcba9876543210ull);
   complete.set_created_unix_ms(1);  // the caller's times are not taken
   ASSERT_TRUE(Record(complete).ok());
 
@@ -104,6 +105,8 @@ TEST_F(CheckpointRecordsTest, ASaveRecordedThenCompletedIsKeptWithTheDaemonsTime
   EXPECT_EQ(listed[0].world_size(), 4);
   EXPECT_EQ(listed[0].stage(), 2);
   EXPECT_EQ(listed[0].bytes(), 123456);
+  // The manifest the job completed: a loader takes that one only.
+  EXPECT_EQ(listed[0].manifest_xxh3(), 0xfedcba9876543210ull);
   EXPECT_EQ(listed[0].created_unix_ms(), start_ms);
   EXPECT_EQ(listed[0].completed_unix_ms(), start_ms + 30'000);
   // Outside jobs/<job>/, where a job's end deletes its store and StoreQuota counts.

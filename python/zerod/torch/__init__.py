@@ -502,7 +502,9 @@ def load(directory, scheduler=None):
         ckpt = zt.load(dir)
         start = ckpt.user["epoch"] + 1 if ckpt else 0
 
-    A partial checkpoint (a save that did not finish) is skipped, never loaded. Each rank takes
+    A partial checkpoint (a save that did not finish) is skipped, never loaded; a damaged one is
+    set aside (step-<step>.damaged-<ms>) for the next newest; one no record lists there (another
+    job's, copied in) is skipped: each is named on stderr (docs/checkpoints.md). Each rank takes
     its own saved buffers and frozen parameters, or rank 0's when the saving job had no such
     rank. As DeepSpeed's engine.load_checkpoint(dir), which returns the client state. The
     optimizer's parameter groups come back as saved (the LR a schedule had reached included);

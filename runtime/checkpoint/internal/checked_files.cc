@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/checkpoint/internal/manifest_checks.h"
 #include "runtime/common/status_macros.h"
 
 namespace zerod::checkpoint::internal {
@@ -25,14 +26,7 @@ absl::Status CheckedFiles::Open(int64_t index) {
   if (open.file) return absl::OkStatus();
   const RankFile& want = manifest_.files[static_cast<size_t>(index)];
   ZEROD_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(PathOf(index)));
-  if (file.size() < want.bytes) {
-    return absl::DataLossError(absl::StrCat(PathOf(index), " is truncated: ", file.size(),
-                                            " bytes, the manifest says ", want.bytes));
-  }
-  if (file.size() > want.bytes) {
-    return absl::DataLossError(absl::StrCat(PathOf(index), " holds ", file.size(),
-                                            " bytes, the manifest says ", want.bytes));
-  }
+  ZEROD_RETURN_IF_ERROR(CheckSize(PathOf(index), file.size(), want.bytes));
   open.file.emplace(std::move(file));
   open.verified.assign(want.block_xxh3.size(), false);
   return absl::OkStatus();

@@ -49,6 +49,18 @@ absl::Status CheckFile(const RankFile& f, int64_t index, const std::string& sour
 
 }  // namespace
 
+absl::Status CheckSize(const std::string& path, int64_t actual, int64_t expected) {
+  if (actual < expected) {
+    return absl::DataLossError(
+        absl::StrCat(path, " is truncated: ", actual, " bytes, the manifest says ", expected));
+  }
+  if (actual > expected) {
+    return absl::DataLossError(
+        absl::StrCat(path, " holds ", actual, " bytes, the manifest says ", expected));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckManifest(const Manifest& m, const std::string& source) {
   int64_t layout_numel = 0;
   for (const plan::TensorSpec& t : m.layout) layout_numel += t.numel();

@@ -104,9 +104,9 @@ TEST(ManifestJson, SizesChecksumsAndDigestsThatDoNotAddUpAreRefused) {
   EXPECT_THAT(std::string(ManifestFromJson(ManifestToJson(m), "m.json").status().message()),
               HasSubstr("layout_digest 0000000000000000 differs"));
   std::string text = ManifestToJson(TwoRankManifest());
-  text.replace(text.find("\"format_version\": 1"), 19, "\"format_version\": 9");
+  text.replace(text.find("\"format_version\": 2"), 19, "\"format_version\": 9");
   EXPECT_THAT(std::string(ManifestFromJson(text, "m.json").status().message()),
-              HasSubstr("field 'format_version' is 9; this build reads 1"));
+              HasSubstr("field 'format_version' is 9; this build reads 2"));
 }
 
 // A restored run takes the counters as they are: a loss scale of 0 would zero every gradient.

@@ -1,10 +1,8 @@
-// The save and load protocol (save_protocol.h) with real ranks: threads with their own Gloo
-// communicators over loopback, one InMemoryStore as the job's store, real files in a temporary
-// directory. FakeRecorder stands in for the coordinator's records and keeps every call in order.
+// The save and load protocol (save_protocol.h) with real ranks (save_job.h): threads with their
+// own Gloo communicators over loopback, one InMemoryStore as the job's store, real files in a
+// temporary directory. FakeRecorder stands in for the coordinator's records.
 
 #include "runtime/checkpoint/save_protocol.h"
-
-#include <stdlib.h>
 
 #include <cmath>
 #include <filesystem>
@@ -17,147 +15,20 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/gloo/gloo_communicator.h"
-#include "runtime/comm/in_memory_store.h"
-#include "runtime/comm/prefix_store.h"
-#include "runtime/common/mutex.h"
-#include "runtime/common/status_macros.h"
+#include "tests/runtime/checkpoint/save_job.h"
 #include "tests/util/test_time.h"
 
 namespace zerod::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FakeRecorder;
 using ::testing::HasSubstr;
+using testing::Options;
+using testing::RunJob;
+using testing::TempRoot;
+using testing::TrainStep;
 using ::zerod::testing::Scaled;
-
-std::vector<plan::TensorSpec> Layout() {
-  return {{"w0", {5, 7}, DType::kFloat32, ""},
-          {"b0", {7}, DType::kFloat32, ""},
-          {"w1", {7, 3}, DType::kFloat32, ""},
-          {"w2", {3, 11}, DType::kFloat32, ""}};
-}
-
-std::shared_ptr<const plan::ShardPlan> MakePlan(int stage, int64_t world) {
-  plan::PlanInput in;
-  in.tensors = Layout();
-  in.options.world_size = world;
-  in.options.stage = stage;
-  in.options.param_dtype = DType::kFloat32;
-  in.options.grad_dtype = DType::kFloat32;
-  in.options.reduce_bucket_bytes = 80;
-  in.options.gather_unit_bytes = 80;
-  in.options.partition_alignment_numel = 4;
-  in.options.max_live_units = 2;
-  auto p = plan::ShardPlan::Create(in);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return std::make_shared<const plan::ShardPlan>(*std::move(p));
-}
-
-// The coordinator's records, faked: the latest state per directory, and every call in order.
-class FakeRecorder final : public Recorder {
- public:
-  absl::Status Record(const CheckpointRecordInfo& record) override {
-    MutexLock lock(&mu_);
-    if (fail_complete_ && record.state == RecordState::kComplete) {
-      fail_complete_ = false;
-      return absl::UnavailableError("failure injection: the coordinator is gone");
-    }
-    calls_.push_back(record);
-    latest_[record.directory] = record;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::vector<CheckpointRecordInfo>> List() override {
-    MutexLock lock(&mu_);
-    std::vector<CheckpointRecordInfo> out;
-    for (const auto& [dir, r] : latest_) out.push_back(r);
-    return out;
-  }
-  std::vector<CheckpointRecordInfo> calls() {
-    MutexLock lock(&mu_);
-    return calls_;
-  }
-  // Failure injection: the next record of a complete checkpoint fails.
-  void FailNextComplete() {
-    MutexLock lock(&mu_);
-    fail_complete_ = true;
-  }
-  // Says `dir` is still being saved, as after a crash between the manifest and the record.
-  void MarkSaving(const std::string& dir) {
-    MutexLock lock(&mu_);
-    latest_[dir].directory = dir;
-    latest_[dir].state = RecordState::kSaving;
-  }
-
- private:
-  Mutex mu_;
-  std::vector<CheckpointRecordInfo> calls_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, CheckpointRecordInfo> latest_ ABSL_GUARDED_BY(mu_);
-  bool fail_complete_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-std::string TempRoot() {
-  std::string pattern = (fs::temp_directory_path() / "save-protocol-XXXXXX").string();
-  EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-  return pattern + "/ckpt";
-}
-
-// One job: `world` ranks at `stage`, each with an engine initialised the same way, running
-// `body(rank, engine, store)` on its own thread.
-void RunJob(int stage, int64_t world,
-            const std::function<void(int64_t, engine::ZeroEngine&, comm::Store&)>& body) {
-  static int job = 0;
-  auto store = std::make_shared<comm::PrefixStore>(absl::StrCat("job", job++),
-                                                   std::make_shared<comm::InMemoryStore>());
-  auto plan = MakePlan(stage, world);
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm =
-          comm::GlooCommunicator::Create(std::make_shared<comm::PrefixStore>("gloo", store), r,
-                                         world, {"127.0.0.1", Scaled(absl::Seconds(30))});
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      engine::EngineOptions options;
-      options.adam.lr = 0.01;
-      auto engine = engine::ZeroEngine::Create(plan, comm->get(), options);
-      ASSERT_TRUE(engine.ok()) << engine.status();
-      ASSERT_TRUE((*engine)
-                      ->InitParameters([](int64_t t, float* p) {
-                        for (int64_t i = 0; i < Layout()[t].numel(); ++i) {
-                          p[i] = std::sin(static_cast<float>(t * 31 + i)) * 0.5f;
-                        }
-                      })
-                      .ok());
-      body(r, **engine, *store);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
-// One training step with gradients that depend on the rank, the step and the weights.
-absl::Status TrainStep(engine::ZeroEngine& e, int64_t rank) {
-  for (int64_t t = static_cast<int64_t>(Layout().size()) - 1; t >= 0; --t) {
-    std::vector<float> w(static_cast<size_t>(Layout()[t].numel()));
-    ZEROD_RETURN_IF_ERROR(e.Gather(e.UnitOf(t)));
-    ZEROD_RETURN_IF_ERROR(e.ParamToFloat(t, w.data()));
-    ZEROD_RETURN_IF_ERROR(e.Release(e.UnitOf(t)));
-    std::vector<float> g(w.size());
-    for (size_t i = 0; i < g.size(); ++i) {
-      g[i] = w[i] - std::cos(static_cast<float>(rank + e.step() * 3 + static_cast<int64_t>(i)));
-    }
-    ZEROD_RETURN_IF_ERROR(e.AccumulateGrad(t, g.data()));
-  }
-  return e.Step().status();
-}
-
-SaveOptions Options(const std::string& root, int64_t keep_last = 0) {
-  SaveOptions o;
-  o.root = root;
-  o.keep_last = keep_last;
-  o.job_id = "test";
-  o.timeout = Scaled(absl::Minutes(5));
-  return o;
-}
 
 TEST(SaveProtocol, SaveWritesACheckpointThatLoadsAtAnotherWorldSizeAndStage) {
   const std::string root = TempRoot();
@@ -292,7 +163,16 @@ TEST(SaveProtocol, SavesAndLoadsLeaveOnlyTheLastCallsKeysInTheStore) {
 // A slow disk is no timeout: each rank waits for the others from the end of its own write, so
 // files that take longer to write than the timeout still make a checkpoint. Both scaled: the
 // ranks' writes end a slow build's moment apart.
-void SlowDisk(const std::string&, int64_t) { absl::SleepFor(Scaled(absl::Milliseconds(1500))); }
+absl::Status SlowDisk(const std::string&, int64_t) {
+  absl::SleepFor(Scaled(absl::Milliseconds(1500)));
+  return absl::OkStatus();
+}
+
+// Failure injection: rank 1's disk fails in the middle of its file.
+absl::Status RankOneDiskFails(const std::string& path, int64_t) {
+  if (path.find(RankFileName(1)) == std::string::npos) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(path, ": write failed: Input/output error (injected)"));
+}
 
 TEST(SaveProtocol, FilesThatTakeLongerToWriteThanTheTimeoutStillMakeACheckpoint) {
   const std::string root = TempRoot();
@@ -315,8 +195,7 @@ TEST(SaveProtocol, ARankThatFailsToWriteMakesSaveFailOnEveryRankQuickly) {
     ASSERT_TRUE(Save(e, store, nullptr, Options(root)).ok());
     ASSERT_TRUE(TrainStep(e, r).ok());
   });
-  // Failure injection: rank 1's temporary file name is taken by a directory, so its write fails.
-  fs::create_directories(fs::path(StepDirectory(root, 2)) / (RankFileName(1) + ".tmp"));
+  SetSaveFailureInjectionForTesting(&RankOneDiskFails);
   RunJob(2, 3, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
     ASSERT_TRUE(TrainStep(e, r).ok());
     ASSERT_TRUE(TrainStep(e, r).ok());
@@ -327,7 +206,11 @@ TEST(SaveProtocol, ARankThatFailsToWriteMakesSaveFailOnEveryRankQuickly) {
     ASSERT_FALSE(out.ok()) << "rank " << r;
     EXPECT_THAT(std::string(out.status().message()), HasSubstr("rank 1")) << out.status();
   });
+  SetSaveFailureInjectionForTesting(nullptr);
   EXPECT_FALSE(fs::exists(fs::path(StepDirectory(root, 2)) / kManifestName));
+  for (const auto& entry : fs::directory_iterator(StepDirectory(root, 2))) {
+    EXPECT_NE(entry.path().extension(), ".tmp") << entry.path() << ": the failed write left it";
+  }
   // The previous checkpoint is untouched and still what a load takes.
   auto latest = LatestComplete(root, nullptr);
   ASSERT_TRUE(latest.ok()) << latest.status();

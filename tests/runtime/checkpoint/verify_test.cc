@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -113,10 +116,82 @@ TEST_F(DamagedCheckpoint, AManifestThatIsNotJsonOrMissesAFieldIsDataLoss) {
   absl::Status s = Verify(dir_);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr(manifest + " is not valid JSON"));
-  std::ofstream(manifest) << "{\"format_version\": 1}";
+  std::ofstream(manifest) << "{\"format_version\": 2}";
   s = Verify(dir_);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr("field 'job_id' is missing"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("field 'manifest_xxh3' is missing"));
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// One character of the manifest changed, each in a field a resumed run would take as it is: the
+// Adam step count, the trainer's own data, the loss scale. Verify and every read of the manifest
+// refuse it, naming the manifest's checksum.
+TEST_F(DamagedCheckpoint, AOneCharacterEditOfTheManifestIsDetected) {
+  const std::string manifest = dir_ + "/" + kManifestName;
+  const std::string saved = ReadText(manifest);
+  for (const auto& [field, from, to] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"applied_steps", "\"applied_steps\": 2", "\"applied_steps\": 1"},
+           {"user", "sample 1234", "sample 1284"},
+           {"loss_scale", "\"loss_scale\": 65536", "\"loss_scale\": 75536"},
+           {"one rank file's checksum", "\"xxh3\": \"", ""}}) {
+    std::string edited = saved;
+    const size_t at = edited.find(from);
+    ASSERT_NE(at, std::string::npos) << field << " not found in " << saved;
+    if (to.empty()) {  // the first hex digit after `from`, changed
+      char& digit = edited[at + from.size()];
+      digit = digit == '0' ? '1' : '0';
+    } else {
+      edited.replace(at, from.size(), to);
+    }
+    ASSERT_EQ(edited.size(), saved.size()) << field;
+    std::ofstream(manifest, std::ios::binary | std::ios::trunc) << edited;
+    for (const absl::Status& s : {Verify(dir_), ReadManifest(dir_).status()}) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << field << ": " << s;
+      EXPECT_THAT(std::string(s.message()),
+                  AllOf(HasSubstr(manifest), HasSubstr("checksum"), HasSubstr("edited or damaged")))
+          << field;
+    }
+  }
+  std::ofstream(manifest, std::ios::binary | std::ios::trunc) << saved;
+  EXPECT_TRUE(Verify(dir_).ok()) << Verify(dir_);
+}
+
+// A manifest written before manifests had a checksum (format 1) is refused, never read as if it
+// had been checked: the message names the way to vouch for it (zeroctl checkpoint upgrade).
+TEST_F(DamagedCheckpoint, AManifestThatPredatesTheChecksumIsRefusedNamingTheUpgrade) {
+  const std::string manifest = dir_ + "/" + kManifestName;
+  auto m = ReadManifest(dir_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::string legacy = ReadText(manifest);
+  legacy.replace(legacy.find("\"format_version\": 2"), 19, "\"format_version\": 1");
+  const size_t field = legacy.find(" \"manifest_xxh3\"");
+  ASSERT_NE(field, std::string::npos);
+  legacy.erase(field, legacy.find('\n', field) + 1 - field);
+  std::ofstream(manifest, std::ios::binary | std::ios::trunc) << legacy;
+  for (const absl::Status& s : {Verify(dir_), ReadManifest(dir_).status()}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(std::string(s.message()),
+                AllOf(HasSubstr(manifest), HasSubstr("format 1"), HasSubstr("no checksum"),
+                      HasSubstr("zeroctl checkpoint upgrade " + dir_)));
+  }
+  // Upgraded, after every rank file was checked against it, it reads as it was written.
+  ASSERT_TRUE(UpgradeManifest(dir_).ok()) << UpgradeManifest(dir_);
+  auto upgraded = ReadManifest(dir_);
+  ASSERT_TRUE(upgraded.ok()) << upgraded.status();
+  EXPECT_EQ(upgraded->counters.applied_steps, m->counters.applied_steps);
+  EXPECT_EQ(upgraded->user, m->user);
+  EXPECT_TRUE(Verify(dir_).ok());
+  // A damaged rank file is no checkpoint to vouch for.
+  std::ofstream(manifest, std::ios::binary | std::ios::trunc) << legacy;
+  fs::resize_file(File(1), fs::file_size(File(1)) - 1);
+  absl::Status refused = UpgradeManifest(dir_);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_EQ(ReadText(manifest), legacy) << "the legacy manifest was replaced";
 }
 
 }  // namespace
