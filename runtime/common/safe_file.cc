@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -30,49 +32,92 @@ const char* KindOf(mode_t mode) {
 absl::Status NotRegular(const std::string& path, mode_t mode, int dir_fd, const std::string& name,
                         bool writing = true) {
   if (S_ISLNK(mode)) {
-    char target[512];
-    const ssize_t n = ::readlinkat(dir_fd, name.c_str(), target, sizeof(target) - 1);
-    const std::string to = n > 0 ? absl::StrCat(" (to ", std::string(target, n), ")") : "";
-    return absl::FailedPreconditionError(absl::StrCat(path, " is a symbolic link", to,
-                                                      ": refusing to ", writing ? "write" : "read",
-                                                      " through it"));
+    return absl::FailedPreconditionError(absl::StrCat(path, " is a symbolic link (to ",
+                                                      LinkTargetAt(dir_fd, name), "): refusing to ",
+                                                      writing ? "write" : "read", " through it"));
   }
   return absl::FailedPreconditionError(absl::StrCat(path, " is ", KindOf(mode),
                                                     ", not a regular file: refusing to ",
                                                     writing ? "write to" : "read", " it"));
 }
 
-// `name` in `dir_fd`: OK when absent or a regular file.
-absl::Status CheckAt(int dir_fd, const std::string& name, const std::string& path) {
+// `name` in `dir_fd`: OK when absent or a regular file (its mode then in `*mode`, else 0).
+absl::Status CheckAt(int dir_fd, const std::string& name, const std::string& path,
+                     mode_t* mode = nullptr) {
+  if (mode != nullptr) *mode = 0;
   struct stat st;
   if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     if (errno == ENOENT) return absl::OkStatus();
     return FileError(errno, "cannot stat", path);
   }
   if (!S_ISREG(st.st_mode)) return NotRegular(path, st.st_mode, dir_fd, name);
+  if (mode != nullptr) *mode = st.st_mode & 07777;
+  return absl::OkStatus();
+}
+
+// INVALID_ARGUMENT for a path that names no file: empty, or ending in '/' (a directory).
+absl::Status CheckNamesAFile(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("no file named (an empty path)");
+  if (path.back() == '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " ends with '/': it names a directory, not a file"));
+  }
   return absl::OkStatus();
 }
 
 // `path` split into its directory ("." when none) and its last component.
 std::pair<std::string, std::string> Split(const std::string& path) {
-  std::string trimmed = path;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string trimmed = WithoutTrailingSlashes(path);
   const size_t slash = trimmed.rfind('/');
   if (slash == std::string::npos) return {".", trimmed};
   return {slash == 0 ? "/" : trimmed.substr(0, slash), trimmed.substr(slash + 1)};
 }
 
-// Six random characters from [A-Za-z0-9]: the part of a temporary name nobody can guess.
+// `bytes` from the kernel's generator: getrandom, else /dev/urandom (an old kernel, a sandbox
+// that filters the call). False when neither gives them.
+bool FillRandom(unsigned char* bytes, size_t size) {
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::getrandom(bytes + got, size - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got == size) return true;
+  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return false;
+  got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, bytes + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return got == size;
+}
+
+// Six random characters from [A-Za-z0-9]: the part of a temporary name nobody can guess. With no
+// generator at all, the process id, a counter and the clock, mixed (splitmix64): still a name no
+// other writer in this process or another one uses, and O_EXCL refuses any name taken.
 std::string RandomSuffix() {
   static constexpr char kAlphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   unsigned char bytes[6];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
+  if (!FillRandom(bytes, sizeof(bytes))) {
+    static std::atomic<uint64_t> counter{0};
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t x = (static_cast<uint64_t>(::getpid()) << 40) ^ (counter.fetch_add(1) << 20) ^
+                 static_cast<uint64_t>(now.tv_nsec) ^ (static_cast<uint64_t>(now.tv_sec) << 30);
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    for (unsigned char& b : bytes) {
+      b = static_cast<unsigned char>(x);
+      x >>= 8;
+    }
   }
   std::string out;
   for (unsigned char b : bytes) out += kAlphabet[b % (sizeof(kAlphabet) - 1)];
@@ -80,6 +125,20 @@ std::string RandomSuffix() {
 }
 
 }  // namespace
+
+std::string LinkTargetAt(int dir_fd, const std::string& name) {
+  char target[4096];
+  const ssize_t n = ::readlinkat(dir_fd, name.c_str(), target, sizeof(target));
+  if (n <= 0) return "?";
+  return std::string(target, static_cast<size_t>(n));
+}
+
+std::string LinkTarget(const std::string& path) { return LinkTargetAt(AT_FDCWD, path); }
+
+std::string WithoutTrailingSlashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
 
 absl::Status FileError(int error, const std::string& what, const std::string& path) {
   const std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(error));
@@ -99,13 +158,13 @@ absl::Status FileError(int error, const std::string& what, const std::string& pa
 }
 
 absl::Status CheckRegularFileTarget(const std::string& path) {
-  if (path.empty()) return absl::InvalidArgumentError("no file named (an empty path)");
+  if (absl::Status s = CheckNamesAFile(path); !s.ok()) return s;
   return CheckAt(AT_FDCWD, path, path);
 }
 
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& path,
                                                           const SafeWriteOptions& options) {
-  if (path.empty()) return absl::InvalidArgumentError("no file named (an empty path)");
+  if (absl::Status s = CheckNamesAFile(path); !s.ok()) return s;
   const auto [dir, name] = Split(path);
   if (name.empty() || name == "." || name == "..") {
     return absl::InvalidArgumentError(absl::StrCat(path, " names a directory, not a file"));
@@ -122,7 +181,8 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& pat
     }
     return FileError(error, absl::StrCat("cannot open its directory ", dir), path);
   }
-  if (absl::Status s = CheckAt(dir_fd, name, path); !s.ok()) {
+  mode_t old_mode = 0;
+  if (absl::Status s = CheckAt(dir_fd, name, path, &old_mode); !s.ok()) {
     ::close(dir_fd);
     return s;
   }
@@ -131,11 +191,21 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& pat
     std::string temp = absl::StrCat(name, ".", RandomSuffix(), ".tmp");
     const int fd = ::openat(dir_fd, temp.c_str(),
                             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, options.mode);
-    if (fd >= 0) return AtomicFileWriter(path, dir_fd, std::move(temp), fd);
+    if (fd >= 0) {
+      // The file it replaces keeps its mode (a 0600 file does not become readable by others).
+      if (old_mode != 0 && ::fchmod(fd, old_mode) != 0) {
+        const int error = errno;
+        ::close(fd);
+        ::unlinkat(dir_fd, temp.c_str(), 0);
+        ::close(dir_fd);
+        return FileError(error, "cannot give the new file the old one's mode", path);
+      }
+      return AtomicFileWriter(path, dir_fd, std::move(temp), fd);
+    }
     if (errno != EEXIST) {
       const int error = errno;
       ::close(dir_fd);
-      return FileError(error, "cannot create", absl::StrCat(dir, "/", temp));
+      return FileError(error, absl::StrCat("cannot create a file in ", dir, " to write it"), path);
     }
   }
   ::close(dir_fd);

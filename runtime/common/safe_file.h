@@ -22,17 +22,28 @@
 
 namespace zerod {
 
+// Where the symbolic link `name` in directory `dir_fd` points, for a message ("?" when that
+// cannot be read). LinkTarget(path) reads `path` itself.
+std::string LinkTargetAt(int dir_fd, const std::string& name);
+std::string LinkTarget(const std::string& path);
+
+// `path` without trailing slashes ("/" stays): lstat of "link/" would follow the link.
+std::string WithoutTrailingSlashes(std::string path);
+
 // The status for a failed system call on `path` (errno `error`): RESOURCE_EXHAUSTED for a full
 // disk or quota, NOT_FOUND for a missing file, PERMISSION_DENIED, else INTERNAL.
 absl::Status FileError(int error, const std::string& what, const std::string& path);
 
 // OK when nothing is at `path` or a regular file is; else FAILED_PRECONDITION "<path> is a FIFO,
 // not a regular file: refusing to write to it" (a symbolic link: "... (to <where>): refusing to
-// write through it"). Looks at `path` itself, never at what a link there points to.
+// write through it"). Looks at `path` itself, never at what a link there points to. A path that
+// ends in '/' names a directory: INVALID_ARGUMENT.
 absl::Status CheckRegularFileTarget(const std::string& path);
 
 struct SafeWriteOptions {
-  mode_t mode = 0644;  // of a new file, less the umask
+  // Of a new file, less the umask. A file that replaces a regular file keeps that file's mode, so
+  // that a file made readable by its owner alone stays so.
+  mode_t mode = 0644;
   // Refuse a target whose parent directory is itself a symbolic link (a checkpoint's step
   // directory, which the saver made and must not have been swapped for a link).
   bool parent_must_not_be_link = false;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "runtime/common/safe_file.h"
 #include "server/logging.h"
 
 namespace zerod::server {
@@ -72,30 +73,15 @@ absl::StatusOr<std::optional<std::string>> ReadMarker(const std::string& marker)
   return id;
 }
 
-// Written to a temporary name and renamed, both synced: a crash leaves the old marker or the new.
-absl::Status WriteMarker(const std::string& data_dir, const std::string& marker,
-                         const std::string& id) {
-  const std::string temp = marker + ".tmp";
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return absl::UnavailableError(absl::StrCat("cannot write ", temp, ": ", Errno(errno)));
-  const std::string line = id + "\n";
-  const bool written =
-      write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && fsync(fd) == 0;
-  const int err = errno;
-  close(fd);
-  if (!written || rename(temp.c_str(), marker.c_str()) != 0) {
-    const int e = written ? errno : err;
-    unlink(temp.c_str());
-    return absl::Status(
-        e == ENOSPC ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable,
-        absl::StrCat("cannot write ", marker, ": ", Errno(e)));
-  }
-  if (const int dir = open(data_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
-    fsync(dir);
-    close(dir);
-  }
-  return absl::OkStatus();
+// Written under a fresh name beside it and renamed, both synced (safe_file.h): a crash leaves the
+// old marker or the new, and nothing planted beside it (a link at a fixed temporary name) is
+// written through.
+absl::Status WriteMarker(const std::string& marker, const std::string& id) {
+  SafeWriteOptions options;
+  options.mode = 0600;
+  absl::Status s = WriteFileAtomically(marker, id + "\n", options);
+  if (s.ok() || absl::IsResourceExhausted(s) || absl::IsFailedPrecondition(s)) return s;
+  return absl::UnavailableError(absl::StrCat("cannot write ", marker, ": ", s.message()));
 }
 
 // Renames every state file that exists to NAME.reset-<UTC time>; never deletes.
@@ -188,7 +174,7 @@ absl::StatusOr<std::unique_ptr<SqliteKvStore>> Open(const std::string& data_dir,
     }
     return store;
   }
-  if (absl::Status s = WriteMarker(data_dir, marker, (*store)->state_id()); !s.ok()) return s;
+  if (absl::Status s = WriteMarker(marker, (*store)->state_id()); !s.ok()) return s;
   Logger("state")->info("state {} is {}; marked in {}", db, (*store)->state_id(), marker);
   return store;
 }

@@ -5,10 +5,20 @@
 #include "runtime/common/safe_file.h"
 
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -24,6 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class SafeFile : public ::testing::Test {
  protected:
@@ -80,7 +91,6 @@ TEST_F(SafeFile, RefusesEveryTargetThatIsNotARegularFileAndLeavesItAsItWas) {
   fs::create_symlink(Path("nowhere"), Path("dangling"));
   ASSERT_EQ(mkfifo(Path("fifo").c_str(), 0600), 0);
   fs::create_directory(Path("directory"));
-  const bool device = mknod(Path("device").c_str(), S_IFCHR | 0600, makedev(1, 3)) == 0;
   struct Case {
     std::string name;
     std::string said;
@@ -91,7 +101,6 @@ TEST_F(SafeFile, RefusesEveryTargetThatIsNotARegularFileAndLeavesItAsItWas) {
       {"dangling", "is a symbolic link", S_IFLNK},
       {"fifo", "is a FIFO, not a regular file: refusing to write to it", S_IFIFO},
       {"directory", "is a directory, not a regular file", S_IFDIR}};
-  if (device) cases.push_back({"device", "is a character device, not a regular file", S_IFCHR});
   for (const Case& c : cases) {
     const std::string path = Path(c.name);
     for (const absl::Status& s :
@@ -104,9 +113,93 @@ TEST_F(SafeFile, RefusesEveryTargetThatIsNotARegularFileAndLeavesItAsItWas) {
   }
   EXPECT_EQ(Read(victim), "precious");
   EXPECT_FALSE(fs::exists(Path("nowhere")));
-  std::set<std::string> want = {"victim", "link", "dangling", "fifo", "directory"};
-  if (device) want.insert("device");
-  EXPECT_EQ(Entries(), want) << "something was left beside the targets";
+  EXPECT_EQ(Entries(), (std::set<std::string>{"victim", "link", "dangling", "fifo", "directory"}))
+      << "something was left beside the targets";
+}
+
+// The case: a device node (here /dev/null's numbers). Needs CAP_MKNOD (CI runs as root).
+TEST_F(SafeFile, RefusesADeviceNodeAndLeavesItAsItWas) {
+  if (mknod(Path("device").c_str(), S_IFCHR | 0600, makedev(1, 3)) != 0) {
+    GTEST_SKIP() << "mknod refused here (" << std::strerror(errno) << "): no device node to test";
+  }
+  const std::string path = Path("device");
+  for (const absl::Status& s :
+       {CheckRegularFileTarget(path), WriteFileAtomically(path, "x"),
+        AtomicFileWriter::Create(path).status(), OpenRegularFileForAppend(path, 0600).status()}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(path + " is a character device, not a regular file"));
+  }
+  EXPECT_EQ(Kind(path), static_cast<mode_t>(S_IFCHR));
+  EXPECT_EQ(Entries(), (std::set<std::string>{"device"}));
+}
+
+// A file replaced keeps its mode: a token or port file made 0600 does not become world-readable.
+TEST_F(SafeFile, AReplacedFileKeepsItsMode) {
+  Write("secret", "old");
+  ASSERT_EQ(chmod(Path("secret").c_str(), 0600), 0);
+  ASSERT_TRUE(WriteFileAtomically(Path("secret"), "new").ok());
+  struct stat st;
+  ASSERT_EQ(stat(Path("secret").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(Read(Path("secret")), "new");
+}
+
+// `out/` names a directory: never trimmed to a file `out`.
+TEST_F(SafeFile, APathEndingInASlashIsRefusedAsNamingADirectory) {
+  for (const absl::Status& s :
+       {CheckRegularFileTarget(Path("out") + "/"), WriteFileAtomically(Path("out") + "/", "x"),
+        OpenRegularFileForAppend(Path("out") + "/", 0600).status()}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(Path("out") + "/ ends with '/'"));
+  }
+  EXPECT_TRUE(Entries().empty());
+}
+
+// A target whose temporary name beside it cannot be made: the error names the target and its
+// directory, not the temporary name.
+TEST_F(SafeFile, ATemporaryFileThatCannotBeMadeIsReportedByTheTargetsName) {
+  const std::string target = Path(std::string(250, 'a'));
+  const absl::Status s = WriteFileAtomically(target, "x");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr(target + ": cannot create a file in " + dir_ + " to write it"),
+                    Not(HasSubstr(".tmp"))));
+}
+
+// getrandom failing ENOSYS (a sandbox's seccomp filter, an old kernel), installed in a child
+// process: the temporary names come from /dev/urandom, still fresh and distinct.
+bool BlockGetrandom() {
+  struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_getrandom, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog program = {static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])),
+                               filter};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+TEST_F(SafeFile, WithoutGetrandomTemporaryNamesAreStillFreshAndDistinct) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (!BlockGetrandom()) _exit(3);
+    unsigned char byte = 0;
+    if (getrandom(&byte, 1, 0) != -1 || errno != ENOSYS) _exit(4);
+    auto first = AtomicFileWriter::Create(Path("out"));
+    auto second = AtomicFileWriter::Create(Path("out"));
+    if (!first.ok() || !second.ok()) _exit(5);
+    if (first->temp_path() == second->temp_path()) _exit(6);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: no seccomp filter, 4: getrandom not blocked, 5: a "
+                                       "writer failed, 6: the same temporary name twice";
 }
 
 // What is at the target is looked at again at the rename: a link put there while the file was
@@ -173,7 +266,8 @@ TEST_F(SafeFile, MissingDirectoriesAndEmptyNamesAreNamed) {
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
   EXPECT_THAT(std::string(missing.message()), HasSubstr(Path("no/such/dir")));
   EXPECT_EQ(WriteFileAtomically("", "x").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(WriteFileAtomically(dir_ + "/", "x").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(WriteFileAtomically(dir_ + "/", "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteFileAtomically(dir_, "x").code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(SafeFile, AppendCreatesOrAppendsToARegularFileAndNeverBlocksOnAFifo) {

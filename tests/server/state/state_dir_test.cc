@@ -47,6 +47,23 @@ TEST(StateDir, AFreshDirGetsAStateAndAMarkerHoldingItsIdBothOwnerOnly) {
   EXPECT_NE(OpenOk(dir.path()), nullptr);
 }
 
+// A link planted where a writer with a fixed temporary name would write the marker
+// (`zerod.state-id.tmp`, as zerod wrote it before): the marker is written under a fresh name
+// beside it and renamed, never through the link.
+TEST(StateDir, TheMarkerIsNeverWrittenThroughALinkPlantedBesideIt) {
+  testing::TempDir dir;
+  testing::TempDir elsewhere;
+  const std::string victim = elsewhere.WriteFile("victim", "precious\n");
+  fs::create_symlink(victim, StateMarkerPath(dir.path()) + ".tmp");
+  auto kv = OpenOk(dir.path());
+  ASSERT_NE(kv, nullptr);
+  EXPECT_EQ(ReadAll(victim), "precious\n");
+  EXPECT_TRUE(fs::is_symlink(StateMarkerPath(dir.path()) + ".tmp"));
+  EXPECT_FALSE(fs::is_symlink(StateMarkerPath(dir.path())));
+  EXPECT_EQ(ReadAll(StateMarkerPath(dir.path())), kv->state_id() + "\n");
+  EXPECT_EQ(ModeOf(StateMarkerPath(dir.path())), 0600u);
+}
+
 TEST(StateDir, AStateFromBeforeMarkersIsAdopted) {
   testing::TempDir dir;
   std::string id;
