@@ -154,7 +154,8 @@ def main():
 
         for world, name in ((args.ranks, "load"), (args.ranks + 1, "load_resharded")):
             drop_pages(root)
-            lines = run_job(build, daemon, name, world,
+            # Job "save" run again: a root load takes only the job's own checkpoints.
+            lines = run_job(build, daemon, "save", world,
                             model + ["--steps", "3", "--checkpoint-dir", root, "--resume"])
             found = [m for m in (re.search(r"resumed from step 2 .* in ([\d.]+) ms \(reading "
                                            r"([\d.]+) ms\)", l) for _, l in lines) if m]

@@ -24,6 +24,9 @@ v1::CheckpointRecord ToProto(const checkpoint::CheckpointRecordInfo& record,
     case checkpoint::RecordState::kRemoved:
       out.set_state(v1::CHECKPOINT_REMOVED);
       break;
+    case checkpoint::RecordState::kSetAside:
+      out.set_state(v1::CHECKPOINT_SET_ASIDE);
+      break;
   }
   return out;
 }
@@ -43,6 +46,9 @@ checkpoint::CheckpointRecordInfo FromProto(const v1::CheckpointRecord& record) {
     case v1::CHECKPOINT_REMOVED:
       out.state = checkpoint::RecordState::kRemoved;
       break;
+    case v1::CHECKPOINT_SET_ASIDE:
+      out.state = checkpoint::RecordState::kSetAside;
+      break;
     default:  // saving, or a state this client does not know: never loaded
       out.state = checkpoint::RecordState::kSaving;
       break;
@@ -55,13 +61,8 @@ absl::Status CheckpointRecorder::Record(const checkpoint::CheckpointRecordInfo& 
 }
 
 absl::StatusOr<std::vector<checkpoint::CheckpointRecordInfo>> CheckpointRecorder::List() {
-  return ListOf(job_id_);
-}
-
-absl::StatusOr<std::vector<checkpoint::CheckpointRecordInfo>> CheckpointRecorder::ListOf(
-    const std::string& job_id) {
   ZEROD_ASSIGN_OR_RETURN(std::vector<v1::CheckpointRecord> records,
-                         client_->ListCheckpoints(job_id));
+                         client_->ListCheckpoints(job_id_));
   std::vector<checkpoint::CheckpointRecordInfo> out;
   out.reserve(records.size());
   for (const v1::CheckpointRecord& r : records) out.push_back(FromProto(r));

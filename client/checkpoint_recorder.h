@@ -21,8 +21,6 @@ class CheckpointRecorder final : public checkpoint::Recorder {
 
   absl::Status Record(const checkpoint::CheckpointRecordInfo& record) override;
   absl::StatusOr<std::vector<checkpoint::CheckpointRecordInfo>> List() override;
-  absl::StatusOr<std::vector<checkpoint::CheckpointRecordInfo>> ListOf(
-      const std::string& job_id) override;
   const std::string& job_id() const override { return job_id_; }
 
  private:

@@ -384,7 +384,7 @@ absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> TrainerSession::Load
 }
 
 absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> TrainerSession::ResumeCheckpoint(
-    const std::vector<std::string>& roots, absl::Duration timeout) {
+    const checkpoint::ResumeRoots& roots, absl::Duration timeout) {
   engine::ZeroEngine* e = engine();
   if (e == nullptr || left_) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -132,10 +132,11 @@ class TrainerSession {
   // no complete checkpoint yet: the first run of a trainer that resumes when it can.
   absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> LoadCheckpoint(
       const std::string& path, absl::Duration timeout = absl::Minutes(10));
-  // The newest complete checkpoint of several roots (the in-memory snapshots first: they win a
-  // tie), as LoadCheckpoint loads one: what a restarted trainer resumes from.
+  // The newest complete checkpoint of the in-memory snapshots and the durable roots (a snapshot
+  // wins a tie), as LoadCheckpoint loads one: what a restarted trainer resumes from. Unrecorded
+  // snapshots count in `roots.snapshots` alone.
   absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> ResumeCheckpoint(
-      const std::vector<std::string>& roots, absl::Duration timeout = absl::Minutes(10));
+      const checkpoint::ResumeRoots& roots, absl::Duration timeout = absl::Minutes(10));
 
   // Closes the communicators (the engine's collectives fail from now on, and so do the other
   // ranks' collectives with this one), sends a last heartbeat with the engine's final state,

@@ -107,18 +107,17 @@ absl::Status SaveIfDue(client::TrainerSession& session, int64_t step, const Save
   return absl::OkStatus();
 }
 
-// Loads the newest complete checkpoint of `roots` (the snapshots in memory first, so that a tie
-// is read from memory) and returns its step, or 0 when there is none.
+// Loads the newest complete checkpoint of the in-memory snapshots and the durable checkpoints (a
+// tie read from memory) and returns its step, or 0 when there is none.
 absl::StatusOr<int64_t> ResumeFromNewest(client::TrainerSession& session,
-                                         const std::vector<std::string>& given) {
-  std::vector<std::string> roots;
-  for (const std::string& root : given) {
-    if (!root.empty()) roots.push_back(root);
-  }
+                                         const std::string& snapshots, const std::string& durable) {
+  checkpoint::ResumeRoots roots{snapshots, {}};
+  if (!durable.empty()) roots.durable.push_back(durable);
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::optional<checkpoint::LoadedCheckpoint>> found =
-      roots.empty() ? std::optional<checkpoint::LoadedCheckpoint>()
-                    : session.ResumeCheckpoint(roots);
+      roots.snapshots.empty() && roots.durable.empty()
+          ? std::optional<checkpoint::LoadedCheckpoint>()
+          : session.ResumeCheckpoint(roots);
   if (!found.ok()) return found.status();
   if (!found->has_value()) {
     std::printf("rank %ld: no checkpoint to resume from; starting at step 1\n",
@@ -339,7 +338,7 @@ int main(int argc, char** argv) {
 
   int64_t first_step = 1;
   if (session && resume) {
-    absl::StatusOr<int64_t> loaded = ResumeFromNewest(*session, {snapshot_dir, checkpoint_dir});
+    absl::StatusOr<int64_t> loaded = ResumeFromNewest(*session, snapshot_dir, checkpoint_dir);
     if (!loaded.ok()) return Fail(rank, loaded.status());
     first_step = *loaded + 1;
   }

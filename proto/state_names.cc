@@ -25,6 +25,8 @@ const char* CheckpointStateName(v1::CheckpointState state) {
       return "complete";
     case v1::CHECKPOINT_REMOVED:
       return "removed";
+    case v1::CHECKPOINT_SET_ASIDE:
+      return "set aside";
     default:
       return "unknown";
   }

@@ -9,7 +9,7 @@ namespace zerod::proto {
 
 // "forming", "running", "degraded", "ended"; "unknown" for anything else.
 const char* JobStateName(v1::JobState state);
-// "saving", "complete", "removed"; "unknown" for anything else.
+// "saving", "complete", "removed", "set aside"; "unknown" for anything else.
 const char* CheckpointStateName(v1::CheckpointState state);
 
 }  // namespace zerod::proto

@@ -23,6 +23,8 @@ std::string StateName(v1::CheckpointState state) {
       return "complete";
     case v1::CHECKPOINT_REMOVED:
       return "removed";
+    case v1::CHECKPOINT_SET_ASIDE:
+      return "set aside";
     default:
       return absl::StrCat("state ", static_cast<int>(state));
   }
@@ -41,7 +43,7 @@ std::string ShownDirectory(const std::string& directory) {
 // The states a record may hold (not UNSPECIFIED, not a number this build does not know).
 bool KnownState(v1::CheckpointState state) {
   return state == v1::CHECKPOINT_SAVING || state == v1::CHECKPOINT_COMPLETE ||
-         state == v1::CHECKPOINT_REMOVED;
+         state == v1::CHECKPOINT_REMOVED || state == v1::CHECKPOINT_SET_ASIDE;
 }
 
 bool SameShape(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b) {
@@ -92,8 +94,8 @@ absl::Status CheckCheckpointArgs(const std::string& job_id, const v1::Checkpoint
     return absl::InvalidArgumentError(absl::StrCat(about, "stage ", r.stage(), " is not 0-3"));
   }
   if (!KnownState(r.state())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(about, StateName(r.state()), " is not one of saving, complete, removed"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        about, StateName(r.state()), " is not one of saving, complete, removed, set aside"));
   }
   if (r.bytes() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(about, "bytes ", r.bytes(), " is negative"));
@@ -204,9 +206,9 @@ CheckpointDecision DecideCheckpoint(const std::string& job_id, const v1::Checkpo
       // A save that was abandoned (or removed) starts afresh at this step.
       return write(fresh_save());
     case v1::CHECKPOINT_COMPLETE: {
-      if (old->state() == v1::CHECKPOINT_REMOVED) {
-        return refuse(absl::StrCat("it was removed (", ShownDirectory(old->directory()),
-                                   "); record a new save first"));
+      if (old->state() == v1::CHECKPOINT_REMOVED || old->state() == v1::CHECKPOINT_SET_ASIDE) {
+        return refuse(absl::StrCat("it was ", StateName(old->state()), " (",
+                                   ShownDirectory(old->directory()), "); record a new save first"));
       }
       if (!same_directory) return refuse(recorded_in);
       if (old->state() == v1::CHECKPOINT_COMPLETE) return unchanged();
@@ -227,6 +229,18 @@ CheckpointDecision DecideCheckpoint(const std::string& job_id, const v1::Checkpo
       if (old->state() == v1::CHECKPOINT_REMOVED) return unchanged();
       v1::CheckpointRecord r = *old;
       r.set_state(v1::CHECKPOINT_REMOVED);
+      return write(std::move(r));
+    }
+    case v1::CHECKPOINT_SET_ASIDE: {
+      // Only a complete checkpoint is set aside: what a load found damaged after its save.
+      if (!same_directory) return refuse(recorded_in);
+      if (old->state() == v1::CHECKPOINT_SET_ASIDE) return unchanged();
+      if (old->state() != v1::CHECKPOINT_COMPLETE) {
+        return refuse(absl::StrCat("it is recorded ", StateName(old->state()),
+                                   "; only a complete checkpoint is set aside"));
+      }
+      v1::CheckpointRecord r = *old;
+      r.set_state(v1::CHECKPOINT_SET_ASIDE);
       return write(std::move(r));
     }
     default:

@@ -2,17 +2,18 @@
 #define ZEROD_SERVER_CHECKPOINT_RECORDS_H_
 
 // CheckpointRecords: what the coordinator knows of each job's checkpoints (step, directory,
-// world size, stage, saving / complete / removed), kept durably in the KvStore so that after a
-// crash at any moment the last complete checkpoint is known. No gRPC here: the Coordinator's
-// RecordCheckpoint and Inspect's ListCheckpoints call it.
+// world size, stage, saving / complete / removed / set aside), kept durably in the KvStore so that
+// after a crash at any moment the last complete checkpoint is known. No gRPC here: the
+// Coordinator's RecordCheckpoint and Inspect's ListCheckpoints call it.
 //
 // Layout: checkpoints/<job>/<step as 20 digits> holds the serialized v1::CheckpointRecord. It is
 // outside jobs/<job>/ on purpose: a job's end deletes its store keys and StoreQuota counts what
 // is under jobs/, and checkpoints must outlive the job (a new generation resumes from them).
 //
 // Rules (DecideCheckpoint): SAVING -> COMPLETE -> REMOVED, and SAVING -> REMOVED for an abandoned
-// save; a step's current state again (same directory) is answered with the stored record, so a
-// retried call changes nothing; SAVING of a step that is saving elsewhere, or was removed, starts
+// save; COMPLETE -> SET_ASIDE (a load found it damaged and took an older one) -> REMOVED; a
+// step's current state again (same directory) is answered with the stored record, so a retried
+// call changes nothing; SAVING of a step that is saving elsewhere, was removed or set aside, starts
 // that save afresh; SAVING of a complete step is refused (a step is saved once). At most
 // `max_records_per_job` records per job: a new one first drops the oldest removed ones, else it is
 // RESOURCE_EXHAUSTED.

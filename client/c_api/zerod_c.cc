@@ -494,13 +494,18 @@ int zerod_engine_load(zerod_session* s, const char* path, int64_t* step_out, cha
       extra_len_out, directory_out);
 }
 
-int zerod_engine_resume(zerod_session* s, const char* roots, int64_t* step_out, char** user_out,
-                        char** extra_out, int64_t* extra_len_out, char** directory_out) {
+int zerod_engine_resume(zerod_session* s, const char* snapshots, const char* roots,
+                        int64_t* step_out, char** user_out, char** extra_out,
+                        int64_t* extra_len_out, char** directory_out) {
   if (absl::Status need = NeedEngine(s); !need.ok()) return Fail(need);
-  if (roots == nullptr || *roots == '\0') return Fail(Invalid("resume: no checkpoint roots"));
-  std::vector<std::string> list = absl::StrSplit(roots, '\n', absl::SkipEmpty());
+  zerod::checkpoint::ResumeRoots where;
+  if (snapshots != nullptr) where.snapshots = snapshots;
+  if (roots != nullptr) where.durable = absl::StrSplit(roots, '\n', absl::SkipEmpty());
+  if (where.snapshots.empty() && where.durable.empty()) {
+    return Fail(Invalid("resume: no snapshot directory and no checkpoint roots"));
+  }
   return LoadInto(
-      s, "resume", [&] { return s->session->ResumeCheckpoint(list); }, step_out, user_out,
+      s, "resume", [&] { return s->session->ResumeCheckpoint(where); }, step_out, user_out,
       extra_out, extra_len_out, directory_out);
 }
 

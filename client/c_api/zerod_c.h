@@ -124,12 +124,14 @@ int zerod_engine_save(zerod_session* session, const char* root, int64_t keep_las
  * zerod_free. */
 int zerod_engine_load(zerod_session* session, const char* path, int64_t* step_out, char** user_out,
                       char** extra_out, int64_t* extra_len_out, char** directory_out);
-/* As zerod_engine_load, of the newest complete checkpoint among `roots`, newline-separated (the
- * in-memory snapshots first: an earlier root wins a tie), rank 0 deciding for every rank with the
- * coordinator's records: what a restarted trainer resumes from. *step_out -1: none anywhere. */
-int zerod_engine_resume(zerod_session* session, const char* roots, int64_t* step_out,
-                        char** user_out, char** extra_out, int64_t* extra_len_out,
-                        char** directory_out);
+/* As zerod_engine_load, of the newest complete checkpoint among the in-memory `snapshots`
+ * directory (zerorun's $ZEROD_SNAPSHOT_DIR; NULL or "": none; it wins a tie, and unrecorded
+ * snapshots count there alone) and the durable `roots`, newline-separated (may be empty), rank 0
+ * deciding for every rank with the coordinator's records: what a restarted trainer resumes from.
+ * *step_out -1: none anywhere. */
+int zerod_engine_resume(zerod_session* session, const char* snapshots, const char* roots,
+                        int64_t* step_out, char** user_out, char** extra_out,
+                        int64_t* extra_len_out, char** directory_out);
 
 #ifdef __cplusplus
 }

@@ -91,7 +91,8 @@ def _declare(lib):
         "zerod_engine_save": (ctypes.c_int, [s, ctypes.c_char_p, i64, ctypes.c_int,
                                              ctypes.c_char_p, ctypes.c_char_p, i64,
                                              ctypes.POINTER(i64), ctypes.POINTER(ctypes.c_void_p)]),
-        "zerod_engine_resume": (ctypes.c_int, [s, ctypes.c_char_p, ctypes.POINTER(i64),
+        "zerod_engine_resume": (ctypes.c_int, [s, ctypes.c_char_p, ctypes.c_char_p,
+                                               ctypes.POINTER(i64),
                                                ctypes.POINTER(ctypes.c_void_p),
                                                ctypes.POINTER(ctypes.c_void_p),
                                                ctypes.POINTER(i64),
@@ -260,16 +261,18 @@ class Session:
         complete checkpoint (a collective)."""
         return self._loaded(self._lib.zerod_engine_load, os.fsencode(path))
 
-    def resume(self, roots):
-        """As load, of the newest complete checkpoint among `roots` (earlier ones win a tie)."""
+    def resume(self, snapshots, roots):
+        """As load, of the newest complete checkpoint among the in-memory `snapshots` directory
+        (None: none; it wins a tie) and the durable `roots`."""
         return self._loaded(self._lib.zerod_engine_resume,
+                            os.fsencode(snapshots) if snapshots else b"",
                             b"\n".join(os.fsencode(r) for r in roots))
 
-    def _loaded(self, fn, where):
+    def _loaded(self, fn, *where):
         step = ctypes.c_int64()
         user, extra, directory = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
         extra_len = ctypes.c_int64()
-        _check(fn(self._handle, where, ctypes.byref(step), ctypes.byref(user),
+        _check(fn(self._handle, *where, ctypes.byref(step), ctypes.byref(user),
                   ctypes.byref(extra), ctypes.byref(extra_len), ctypes.byref(directory)))
         if step.value < 0:
             return None

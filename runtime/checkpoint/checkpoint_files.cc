@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/checkpoint/internal/damage.h"
 #include "runtime/checkpoint/internal/file_io.h"
 #include "runtime/checkpoint/internal/manifest_checks.h"
 #include "runtime/common/safe_file.h"
@@ -52,24 +53,23 @@ absl::Status NoManifest(const std::string& dir) {
                    kManifestName, " (a save that did not finish)"));
 }
 
-// `path` without trailing slashes (lstat of "link/" would follow the link).
-std::string Trimmed(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
-
 // FAILED_PRECONDITION when `dir` itself is a symbolic link: a link named like a step reads as the
 // step it points to.
 absl::Status NotALink(const std::string& dir) {
-  const std::string path = Trimmed(dir);
+  const std::string path = WithoutTrailingSlashes(dir);
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return absl::OkStatus();
-  char target[4096];
-  const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
-  const std::string to = n > 0 ? std::string(target, static_cast<size_t>(n)) : "?";
   return absl::FailedPreconditionError(absl::StrCat(
-      "checkpoint directory ", path, " is a symbolic link (to ", to,
+      "checkpoint directory ", path, " is a symbolic link (to ", LinkTarget(path),
       "): a checkpoint is read from the directory its save wrote, never through a link"));
+}
+
+// Whether `name` is what an interrupted rewrite of the manifest leaves (`zeroctl checkpoint
+// upgrade` killed before its rename: safe_file's `manifest.json.XXXXXX.tmp`), never read.
+bool IsManifestTemporary(const std::string& name) {
+  const std::string prefix = absl::StrCat(kManifestName, ".");
+  return name.size() == prefix.size() + 6 + 4 && absl::StartsWith(name, prefix) &&
+         absl::EndsWith(name, ".tmp");
 }
 
 }  // namespace
@@ -103,12 +103,13 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir, bool legacy) {
   if (!text.ok()) return text.status();
   ZEROD_ASSIGN_OR_RETURN(Manifest manifest, legacy ? LegacyManifestFromJson(*text, path)
                                                    : ManifestFromJson(*text, path));
-  const int64_t named = StepOfDirectoryName(std::filesystem::path(Trimmed(dir)).filename());
+  const std::string trimmed = WithoutTrailingSlashes(dir);
+  const int64_t named = StepOfDirectoryName(std::filesystem::path(trimmed).filename());
   if (named >= 0 && named != manifest.step) {
-    return absl::DataLossError(
-        absl::StrCat(Trimmed(dir), " holds the checkpoint of step ", manifest.step,
+    return Damage(absl::DataLossError(
+        absl::StrCat(trimmed, " holds the checkpoint of step ", manifest.step,
                      " (its manifest says so), not of step ", named,
-                     ": a checkpoint copied or renamed under another step's name is not loaded"));
+                     ": a checkpoint copied or renamed under another step's name is not loaded")));
   }
   return manifest;
 }
@@ -122,32 +123,42 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
 absl::Status CheckFiles(const std::string& dir, const Manifest& manifest) {
   std::map<std::string, const RankFile*> listed;
   for (const RankFile& f : manifest.files) listed[f.name] = &f;
+  std::string stray;  // the first file the manifest does not list
   std::error_code ec;
   std::filesystem::directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const std::string path = absl::StrCat(dir, "/", name);
     // NFS keeps a file removed while open as .nfsXXXX until it is closed: not a stray file.
-    if (name == kManifestName || absl::StartsWith(name, ".nfs")) continue;
+    if (name == kManifestName || absl::StartsWith(name, ".nfs") || IsManifestTemporary(name)) {
+      continue;
+    }
     auto file = listed.find(name);
     if (file == listed.end()) {
-      return absl::DataLossError(absl::StrCat(
-          path,
-          " is not listed in its manifest: a file of another save (a crashed world's, or "
-          "copied in) is not kept beside a checkpoint"));
+      if (stray.empty()) stray = path;
+      continue;
     }
     struct stat st;
     if (::lstat(path.c_str(), &st) != 0) return FileError(errno, "cannot stat", path);
     if (!S_ISREG(st.st_mode)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, " is not a regular file (a link, a FIFO or a device is never read as one)"));
+      return internal::Damage(absl::FailedPreconditionError(absl::StrCat(
+          path, " is not a regular file (a link, a FIFO or a device is never read as one)")));
     }
     ZEROD_RETURN_IF_ERROR(internal::CheckSize(path, st.st_size, file->second->bytes));
     listed.erase(file);
   }
   if (ec) return FileError(ec.value(), "cannot list", dir);
   if (!listed.empty()) {
-    return absl::NotFoundError(absl::StrCat(dir, "/", listed.begin()->first, " is missing"));
+    return internal::Damage(
+        absl::NotFoundError(absl::StrCat(dir, "/", listed.begin()->first, " is missing")));
+  }
+  if (!stray.empty()) {
+    // Not damage: the checkpoint's own files are intact. Refused all the same (never set aside),
+    // so that nothing but one save's files is ever taken for a checkpoint.
+    return absl::FailedPreconditionError(absl::StrCat(
+        stray,
+        " is not listed in its manifest: a checkpoint directory holds its save's files alone; "
+        "move this one out of it"));
   }
   return absl::OkStatus();
 }

@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/internal/checksums.h"
+#include "runtime/checkpoint/internal/damage.h"
 #include "runtime/checkpoint/internal/manifest_checks.h"
 #include "runtime/common/status_macros.h"
 
@@ -256,13 +257,15 @@ std::string DirectoryOf(const std::string& source) {
   return source;
 }
 
-// Parses and checks `text`; `legacy`: a format-1 manifest (no checksum) is read too.
+// Parses and checks `text`; `legacy`: a format-1 manifest is read too. Every failure of its
+// content is damage (internal/damage.h); a manifest of another format is not.
 absl::StatusOr<Manifest> Parse(const std::string& text, const std::string& source, bool legacy) {
   json j;
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    return absl::DataLossError(absl::StrCat(source, " is not valid JSON: ", e.what()));
+    return internal::Damage(
+        absl::DataLossError(absl::StrCat(source, " is not valid JSON: ", e.what())));
   }
   Manifest m;
   try {
@@ -275,23 +278,31 @@ absl::StatusOr<Manifest> Parse(const std::string& text, const std::string& sourc
           "add one with `zeroctl checkpoint upgrade ",
           DirectoryOf(source), "`"));
     }
+    if (version == 1 && (j.contains("manifest_xxh3") || j.contains("recorded"))) {
+      // Format 1 never had these: a newer manifest relabelled, which an upgrade would re-bless.
+      return internal::Damage(absl::DataLossError(absl::StrCat(
+          source,
+          " says format 1 but carries format 2's manifest_xxh3 or recorded: a format-2 manifest "
+          "relabelled (edited), not one written before the checksum; not upgraded")));
+    }
     if (version != kFormatVersion && !(legacy && version == 1)) {
-      throw BadField("format_version",
-                     absl::StrCat("is ", version, "; this build reads ", kFormatVersion));
+      return absl::FailedPreconditionError(absl::StrCat(source, ": format_version is ", version,
+                                                        "; this build reads ", kFormatVersion,
+                                                        legacy ? " (and upgrades 1)" : ""));
     }
     if (version >= 2) {
       m.manifest_xxh3 = Hash(At(j, "", "manifest_xxh3"), "manifest_xxh3");
-      ZEROD_RETURN_IF_ERROR(CheckChecksum(text, m.manifest_xxh3, source));
+      ZEROD_RETURN_IF_ERROR(internal::Damage(CheckChecksum(text, m.manifest_xxh3, source)));
     }
     const uint64_t checksum = m.manifest_xxh3;
     m = FromJson(j, version);
     m.manifest_xxh3 = checksum;
   } catch (const BadField& e) {
-    return absl::DataLossError(absl::StrCat(source, ": ", e.what()));
+    return internal::Damage(absl::DataLossError(absl::StrCat(source, ": ", e.what())));
   } catch (const json::exception& e) {
-    return absl::DataLossError(absl::StrCat(source, ": ", e.what()));
+    return internal::Damage(absl::DataLossError(absl::StrCat(source, ": ", e.what())));
   }
-  ZEROD_RETURN_IF_ERROR(internal::CheckManifest(m, source));
+  ZEROD_RETURN_IF_ERROR(internal::Damage(internal::CheckManifest(m, source)));
   return m;
 }
 

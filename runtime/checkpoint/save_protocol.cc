@@ -34,6 +34,7 @@ using internal::NextCall;
 using internal::RankKeys;
 using internal::RecordsByDirectory;
 using internal::RememberKeys;
+using internal::RootKind;
 using internal::Scan;
 using internal::SetFirst;
 using internal::Skipped;
@@ -94,11 +95,8 @@ absl::Status MakeStepDirectory(const std::string& dir) {
   struct stat st;
   if (::lstat(dir.c_str(), &st) != 0) return FileError(errno, "cannot stat", dir);
   if (S_ISLNK(st.st_mode)) {
-    char target[4096];
-    const ssize_t n = ::readlink(dir.c_str(), target, sizeof(target) - 1);
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint: ", dir, " is a symbolic link (to ",
-        n > 0 ? std::string(target, static_cast<size_t>(n)) : "?",
+        "checkpoint: ", dir, " is a symbolic link (to ", LinkTarget(dir),
         "): a save writes only into a step directory of its own, never through a link; remove "
         "the link"));
   }
@@ -157,11 +155,11 @@ absl::Status RemoveStepDirectory(const StepDir& d, Recorder* recorder,
 absl::Status Prune(const std::string& root, int64_t step, int64_t keep_last, Recorder* recorder,
                    const CheckpointRecordInfo& template_record) {
   if (keep_last <= 0) return absl::OkStatus();
-  ZEROD_ASSIGN_OR_RETURN(std::vector<StepDir> dirs, Scan(root, recorder));
+  ZEROD_ASSIGN_OR_RETURN(std::vector<StepDir> dirs, Scan(root, RootKind::kDurable, recorder));
   int64_t kept = 1;  // the new one
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
     if (it->step >= step || it->skipped == Skipped::kNotThisJobs ||
-        (recorder != nullptr && !it->record)) {
+        it->skipped == Skipped::kMissing || (recorder != nullptr && !it->record)) {
       continue;
     }
     if (it->skipped == Skipped::kNo && kept < keep_last) {
@@ -173,16 +171,24 @@ absl::Status Prune(const std::string& root, int64_t step, int64_t keep_last, Rec
   return absl::OkStatus();
 }
 
+// Whether `dir` holds nothing.
+bool IsEmptyDirectory(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_empty(dir, ec) && !ec;
+}
+
 // Rank 0, before any rank writes: refuses to overwrite a complete checkpoint of the same step (or
 // one this job never recorded), records the save as started, and makes the directory, emptied of
-// what a save that did not finish left there.
+// what a save of this job that did not finish left there. A partial directory the job has no
+// record of is another's (a job sharing the root may be writing it right now): refused.
 absl::Status Begin(const std::string& dir, Recorder* recorder, const CheckpointRecordInfo& saving) {
   struct stat st;
   const bool exists = ::lstat(dir.c_str(), &st) == 0;
+  ZEROD_ASSIGN_OR_RETURN(auto records, RecordsByDirectory(recorder));
+  auto r = records.find(dir);
+  const bool ours = recorder == nullptr || r != records.end();
   if (exists && S_ISDIR(st.st_mode) && HasManifest(dir)) {
-    ZEROD_ASSIGN_OR_RETURN(auto records, RecordsByDirectory(recorder));
-    auto r = records.find(dir);
-    if (recorder != nullptr && r == records.end()) {
+    if (!ours) {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint: ", dir, " holds a checkpoint job ", recorder->job_id(),
           " never recorded (another job's, or copied in); a save does not replace it: move it "
@@ -193,12 +199,18 @@ absl::Status Begin(const std::string& dir, Recorder* recorder, const CheckpointR
           absl::StrCat("checkpoint: step ", saving.step, " is already saved at ", dir,
                        " (complete); a step is saved once, and that checkpoint is kept as it is"));
     }
-    // The manifest of a save the coordinator never recorded complete: not a checkpoint; it goes
-    // before any rank file is replaced.
+    // The manifest of a save the coordinator never recorded complete (or a checkpoint set aside
+    // and put back): not a checkpoint to keep; it goes before any rank file is replaced.
     ZEROD_RETURN_IF_ERROR(RemoveManifest(dir));
   }
   // A link in the step directory's place is refused before anything is recorded.
   if (exists && !S_ISDIR(st.st_mode)) ZEROD_RETURN_IF_ERROR(MakeStepDirectory(dir));
+  if (exists && S_ISDIR(st.st_mode) && !ours && !IsEmptyDirectory(dir)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint: ", dir, " holds files of a save job ", recorder->job_id(),
+        " never recorded (another job sharing the root may be writing it); a save does not "
+        "empty it: move it away"));
+  }
   if (recorder != nullptr) ZEROD_RETURN_IF_ERROR(recorder->Record(saving));
   ZEROD_RETURN_IF_ERROR(MakeStepDirectory(dir));
   ZEROD_RETURN_IF_ERROR(ClearPartial(dir));

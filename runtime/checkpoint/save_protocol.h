@@ -30,18 +30,24 @@
 // has no manifest (partial) or the coordinator's record still says saving.
 //
 // Load: the newest complete checkpoint under a root (or one given directory), resharded to the
-// engine's world and stage. Which directories of a root count goes by the records
+// engine's world and stage. Which directories of a root count goes by this job's records
 // (internal/selection.h): with a Recorder, a checkpoint the coordinator recorded complete there
-// (its manifest the one recorded) for this job or for the job that saved it (an earlier run
-// writing into the same root), or an in-memory snapshot of this job (not recorded, its manifest
-// names the job); without one (no coordinator: a test, a tool) the root is the job's own and every
-// complete checkpoint in it counts. A link named like a step, a partial save, a
-// checkpoint of another job are skipped with the reason. A damaged one (a checksum that does not
-// match, a missing or stray file) is skipped too: rank 0 sets it aside (`step-N.damaged-<ms>`,
-// recorded removed) and every rank loads the next newest instead, so a restart falls back to the
-// newest intact checkpoint; rank 0 logs what it skipped and why. When only damaged ones are left
-// the load fails (DATA_LOSS naming each), never starts afresh. A directory named explicitly loads
-// or fails, never falls back.
+// for this job (its manifest the one recorded), or, in the snapshot root alone, an in-memory
+// snapshot of this job (not recorded, its manifest names the job); without one (no coordinator:
+// a test, a tool) the root is the job's own and every complete checkpoint in it counts. Another
+// job's checkpoint loads only when its directory is named. A link named like a step, a partial
+// save, a checkpoint the records do not list are skipped with the reason.
+//
+// A damaged one (a checksum that does not match, a missing or truncated file, a manifest that was
+// replaced: internal/damage.h) is skipped only once rank 0 has found the damage itself (in its
+// vetting, its own read, or by verifying the whole checkpoint when another rank reported it):
+// rank 0 sets it aside (`step-N.damaged-<ms>`, recorded set aside) and every rank loads the next
+// newest instead, so a restart falls back to the newest intact checkpoint; rank 0 logs what it
+// skipped and why. Any other failure (a directory one rank cannot see, a file the manifest does
+// not list, a permission, a store error, damage rank 0 does not find) fails the load on every
+// rank and touches nothing. When nothing is left to load but the job's records list checkpoints
+// under the roots (damaged, missing, refused), the load fails naming them instead of starting
+// afresh. A directory named explicitly loads or fails, never falls back.
 
 #include <cstdint>
 #include <memory>
@@ -57,7 +63,9 @@
 
 namespace zerod::checkpoint {
 
-enum class RecordState { kSaving, kComplete, kRemoved };
+// kSetAside: a complete checkpoint a load found damaged (or gone) and fell back past; the step
+// may be saved again, and the directory, put back in place, is checked again.
+enum class RecordState { kSaving, kComplete, kRemoved, kSetAside };
 
 struct CheckpointRecordInfo {
   int64_t step = 0;
@@ -76,10 +84,6 @@ class Recorder {
   virtual ~Recorder() = default;
   virtual absl::Status Record(const CheckpointRecordInfo& record) = 0;
   virtual absl::StatusOr<std::vector<CheckpointRecordInfo>> List() = 0;
-  // Another job's records: a checkpoint that job saved in this job's root counts only where that
-  // job recorded it, so that a later job resumes from an earlier one's root but not from a
-  // checkpoint copied in.
-  virtual absl::StatusOr<std::vector<CheckpointRecordInfo>> ListOf(const std::string& job_id) = 0;
   // The job whose records these are: an unrecorded snapshot counts only when its manifest names it.
   virtual const std::string& job_id() const = 0;
 };
@@ -92,7 +96,7 @@ struct SaveOptions {
   std::string job_id;     // for the manifest
   // false: the recorder is not told (an in-memory snapshot, which does not outlive the node: the
   // coordinator's records list durable checkpoints only). Such a checkpoint is complete when its
-  // manifest is in place, and Load takes it when given its directory or root explicitly.
+  // manifest is in place; a load takes it from ResumeRoots::snapshots or when named.
   bool record = true;
   // How long a rank waits for the others: for rank 0's start, and from the end of its own write
   // for their files and the outcome (a slow disk is no timeout; a rank that never comes is).
@@ -123,12 +127,21 @@ struct LoadedCheckpoint {
 // it skipped). With a recorder, its complete records decide which directories count.
 absl::StatusOr<std::string> LatestComplete(const std::string& root, Recorder* recorder);
 
-// The newest complete checkpoint among several roots (an earlier root wins a tie: put the
-// in-memory snapshots first), loaded as LoadIfAny loads one; nullopt on every rank when no root
-// holds one. Rank 0 decides with `recorder`, so "complete" means here what it means to Load.
+// Where a restarted trainer resumes from: the job's in-memory snapshots (unrecorded: zerorun's
+// $ZEROD_SNAPSHOT_DIR, a directory of this user's alone) and its durable checkpoint roots. Either
+// may be empty.
+struct ResumeRoots {
+  std::string snapshots;
+  std::vector<std::string> durable;
+};
+
+// The newest complete checkpoint among the roots (the snapshots win a tie: read from memory),
+// loaded as LoadIfAny loads one; nullopt on every rank when no root holds one and the job's
+// records list none there. Rank 0 decides with `recorder`, so "complete" means here what it means
+// to Load. Unrecorded snapshots count in `roots.snapshots` alone.
 absl::StatusOr<std::optional<LoadedCheckpoint>> LoadNewestIfAny(
-    engine::ZeroEngine& engine, comm::Store& store, const std::vector<std::string>& roots,
-    Recorder* recorder, absl::Duration timeout = absl::Minutes(10));
+    engine::ZeroEngine& engine, comm::Store& store, const ResumeRoots& roots, Recorder* recorder,
+    absl::Duration timeout = absl::Minutes(10));
 
 // Loads `path`: a checkpoint directory, or a root whose newest complete checkpoint is taken.
 // Every rank calls it (Restore is a collective). A failed load (every rank returns the error) may
@@ -145,6 +158,12 @@ absl::StatusOr<LoadedCheckpoint> Load(engine::ZeroEngine& engine, comm::Store& s
 absl::StatusOr<std::optional<LoadedCheckpoint>> LoadIfAny(
     engine::ZeroEngine& engine, comm::Store& store, const std::string& path, Recorder* recorder,
     absl::Duration timeout = absl::Minutes(10));
+
+// Failure injection, for tests of a rank whose node sees a shared filesystem otherwise (not
+// mounted there, or a stale copy): when set, each rank reads the directory the hook returns for
+// rank 0's choice `dir` instead of `dir`. Process-wide; nullptr, the default, reads `dir`.
+using LoadViewInjection = std::string (*)(int64_t rank, const std::string& dir);
+void SetLoadViewInjectionForTesting(LoadViewInjection hook);
 
 }  // namespace zerod::checkpoint
 

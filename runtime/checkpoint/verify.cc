@@ -1,10 +1,12 @@
 // Verify: every byte of a checkpoint read once and checked against its manifest.
 
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/internal/checksums.h"
+#include "runtime/checkpoint/internal/damage.h"
 #include "runtime/checkpoint/internal/file_io.h"
 #include "runtime/checkpoint/internal/manifest_checks.h"
 #include "runtime/common/status_macros.h"
@@ -15,7 +17,10 @@ namespace {
 constexpr int64_t kReadBytes = int64_t{8} << 20;
 
 absl::Status VerifyFile(const std::string& path, const RankFile& want) {
-  ZEROD_ASSIGN_OR_RETURN(internal::ReadOnlyFile file, internal::ReadOnlyFile::Open(path));
+  absl::StatusOr<internal::ReadOnlyFile> opened = internal::ReadOnlyFile::Open(path);
+  // A file the manifest lists, missing: damage (any other failure to open it is not).
+  if (absl::IsNotFound(opened.status())) return internal::Damage(opened.status());
+  ZEROD_ASSIGN_OR_RETURN(internal::ReadOnlyFile file, std::move(opened));
   ZEROD_RETURN_IF_ERROR(internal::CheckSize(path, file.size(), want.bytes));
   internal::FileHasher hasher(kChecksumBlockBytes);
   std::vector<char> buffer(
@@ -31,14 +36,15 @@ absl::Status VerifyFile(const std::string& path, const RankFile& want) {
     if (hasher.blocks()[b] != want.block_xxh3[b]) {
       const int64_t begin = static_cast<int64_t>(b) * kChecksumBlockBytes;
       const int64_t end = std::min(begin + kChecksumBlockBytes, want.bytes);
-      return absl::DataLossError(absl::StrCat(path, ": checksum mismatch in block ", b, " (bytes ",
-                                              begin, "-", end - 1, "): the file is damaged"));
+      return internal::Damage(
+          absl::DataLossError(absl::StrCat(path, ": checksum mismatch in block ", b, " (bytes ",
+                                           begin, "-", end - 1, "): the file is damaged")));
     }
   }
   if (hasher.whole() != want.xxh3) {
-    return absl::DataLossError(absl::StrCat(path, ": checksum of the whole file is ",
-                                            internal::HashHex(hasher.whole()),
-                                            ", the manifest says ", internal::HashHex(want.xxh3)));
+    return internal::Damage(absl::DataLossError(
+        absl::StrCat(path, ": checksum of the whole file is ", internal::HashHex(hasher.whole()),
+                     ", the manifest says ", internal::HashHex(want.xxh3))));
   }
   return absl::OkStatus();
 }

@@ -287,19 +287,21 @@ TEST(CApi, SaveAndLoadACheckpointWithItsUserTextAndExtraBytes) {
   const std::string saved_dir = dir;
   zerod_free(dir);
   EXPECT_EQ(saved_dir, root + "/step-000000000000");
-  // Resume: the newest of several roots (one without any checkpoint), and none anywhere.
-  ASSERT_EQ(zerod_engine_resume(s, (root + "-none\n" + root).c_str(), &step, nullptr, nullptr,
-                                nullptr, &dir),
+  // Resume: the newest of a snapshot directory and several roots (none of them holding another
+  // checkpoint), and none anywhere.
+  ASSERT_EQ(zerod_engine_resume(s, (root + "-snapshots").c_str(), (root + "-none\n" + root).c_str(),
+                                &step, nullptr, nullptr, nullptr, &dir),
             0)
       << zerod_last_error();
   EXPECT_EQ(step, 0);
   EXPECT_EQ(std::string(dir), saved_dir);
   zerod_free(dir);
-  ASSERT_EQ(
-      zerod_engine_resume(s, (root + "-none").c_str(), &step, nullptr, nullptr, nullptr, &dir), 0);
+  ASSERT_EQ(zerod_engine_resume(s, nullptr, (root + "-none").c_str(), &step, nullptr, nullptr,
+                                nullptr, &dir),
+            0);
   EXPECT_EQ(step, -1);
   EXPECT_EQ(dir, nullptr);
-  EXPECT_EQ(zerod_engine_resume(s, "", &step, nullptr, nullptr, nullptr, nullptr),
+  EXPECT_EQ(zerod_engine_resume(s, "", "", &step, nullptr, nullptr, nullptr, nullptr),
             kInvalidArgument);
 
   ASSERT_EQ(zerod_engine_load(s, root.c_str(), &step, &user, &extra, &extra_len, &dir), 0)

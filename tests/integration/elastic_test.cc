@@ -199,11 +199,11 @@ TEST(Elastic, APartialCheckpointIsSkippedAndTheLastCompleteOneIsLoaded) {
   const ProcessResult verify = RunProcess({Built(ZEROCTL_PATH), "checkpoint", "verify", partial});
   EXPECT_NE(verify.exit_code, 0);
   EXPECT_THAT(verify.out + verify.err, HasSubstr("partial"));
-  // A later job resuming from the root where "partial" saved (that job's records list it there):
-  // step 4, saying why not step 6.
+  // The job run again resuming from its root (its records list step 4 there): step 4, saying why
+  // not step 6.
   const ProcessResult resumed = Launch(
       zerod,
-      {"partial-2", 2, {}, {"--steps", "6", "--checkpoint-dir", checkpoints.path(), "--resume"}},
+      {"partial", 2, {}, {"--steps", "6", "--checkpoint-dir", checkpoints.path(), "--resume"}},
       "2");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
   EXPECT_THAT(resumed.out, HasSubstr("resumed from step 4"));
@@ -274,8 +274,8 @@ TEST(Elastic, AnotherJobsCheckpointCopiedInIsNotResumedFrom) {
   EXPECT_THAT(resumed.out, HasSubstr("rank 0: resumed from step 2"));
   EXPECT_THAT(resumed.err,
               HasSubstr(mine.path() + "/step-000000000006 (not in job mine's records: "
-                                      "saved by job theirs, which did not record it complete "
-                                      "here (copied in?))"));
+                                      "saved by job theirs; another job's checkpoint loads only "
+                                      "when its directory is named)"));
 }
 
 }  // namespace

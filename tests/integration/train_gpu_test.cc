@@ -108,8 +108,9 @@ TEST(TrainGpu, ACheckpointSavedFromGpuMemoryResumesAtAnotherStageAsIfUninterrupt
       run("gpu-first", "2",
           {"--steps", "3", "--checkpoint-dir", checkpoints.path(), "--checkpoint-every", "3"});
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  // The job run again (its own records list the checkpoint) at stage 3.
   const ProcessResult resumed =
-      run("gpu-resumed", "3", {"--steps", "6", "--checkpoint-dir", checkpoints.path(), "--resume"});
+      run("gpu-first", "3", {"--steps", "6", "--checkpoint-dir", checkpoints.path(), "--resume"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
   EXPECT_NE(resumed.out.find("resumed from step 3"), std::string::npos) << resumed.out;
   const double want = TrainSummary(whole.out)["final_loss"].get<double>();

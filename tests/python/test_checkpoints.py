@@ -1,5 +1,6 @@
 """zt.save / zt.load end to end: a job saves at world 2 stage 2, new jobs at other world sizes
-and stages resume from it and train on as the uninterrupted run did (zt_checkpoint_worker.py)."""
+and stages load that checkpoint by name and train on as the uninterrupted run did
+(zt_checkpoint_worker.py)."""
 
 import json
 import subprocess
@@ -34,8 +35,10 @@ def test_load_finds_nothing_where_nothing_was_saved(first_run):
 @pytest.mark.parametrize("world,stage", [(2, 2), (3, 2), (3, 3), (1, 0)])
 def test_a_resumed_job_trains_on_as_the_uninterrupted_run(run_job, tmp_path, first_run, world,
                                                           stage):
-    first_dir, first = first_run
-    spec = {"phase": "resume", "stage": stage, "n": N, "ckpt": str(first_dir / "ckpt"),
+    _, first = first_run
+    # A new job starts from another job's checkpoint by naming it (a root load takes only the
+    # job's own: docs/checkpoints.md).
+    spec = {"phase": "resume", "stage": stage, "n": N, "ckpt": first[0]["directory"],
             "seed": 77}
     run_job(world, [WORKER, json.dumps(spec), str(tmp_path)])
     resumed = [torch.load(tmp_path / f"resume-rank{r}.pt") for r in range(world)]
@@ -135,3 +138,19 @@ def test_resume_skips_a_partial_and_a_damaged_newest_checkpoint_saying_so(one_ra
     assert f"skipped newer: {partial} (rank files but no manifest.json)" in err, err
     assert f"{damaged} ({damaged}/rank-00000.shard: checksum mismatch" in err, err
     assert f"set aside as {damaged}.damaged-" in err, err
+
+
+def test_resume_refuses_to_start_afresh_over_the_jobs_own_checkpoints(one_rank_job, tmp_path):
+    """The job's records list a checkpoint under the root whose directory is gone: zt.resume
+    fails naming it rather than return None and train from scratch; an empty directory elsewhere
+    is a first run."""
+    import shutil
+    import zerod.torch as zt
+    zt.shard(torch.nn.Linear(3, 2), stage=2)
+    path = zt.save(tmp_path / "ckpt")
+    shutil.rmtree(path)
+    with pytest.raises(zt.ZerodError) as refused:
+        zt.resume(tmp_path / "ckpt")
+    assert "refusing to start from scratch" in str(refused.value), refused.value
+    assert f"{path} (recorded complete, but its directory is missing)" in str(refused.value)
+    assert zt.resume(tmp_path / "elsewhere") is None

@@ -67,7 +67,8 @@ def main():
         if phase == "resume":
             first = spec["k"]
             if spec["save"] == "zt":
-                loaded = zt.load(ckpt, scheduler=sched)
+                # Another job's checkpoint loads when named (a root load takes the job's own).
+                loaded = zt.load(os.path.join(ckpt, f"step-{spec['k']:012d}"), scheduler=sched)
                 result["loaded_step"] = loaded.step
             else:
                 saved = torch.load(os.path.join(ckpt, f"rank{rank}.pt"))

@@ -139,7 +139,7 @@ TEST_F(CheckpointRecordsTest, MalformedRecordsAreRefusedNamingTheJobStepAndValue
       {[](v1::CheckpointRecord& r) { r.set_stage(4); }, "stage 4 is not 0-3"},
       {[](v1::CheckpointRecord& r) { r.set_stage(-1); }, "stage -1 is not 0-3"},
       {[](v1::CheckpointRecord& r) { r.set_state(v1::CHECKPOINT_STATE_UNSPECIFIED); },
-       "state 0 is not one of saving, complete, removed"},
+       "state 0 is not one of saving, complete, removed, set aside"},
       {[](v1::CheckpointRecord& r) { r.set_state(static_cast<v1::CheckpointState>(9)); },
        "state 9 is not one of"},
       {[](v1::CheckpointRecord& r) { r.set_bytes(-5); }, "bytes -5 is negative"},
@@ -251,6 +251,31 @@ TEST_F(CheckpointRecordsTest, ASaveAbandonedAtAStepStartsAfreshWhenTheStepIsSave
   ASSERT_TRUE(Record(Checkpoint(4, v1::CHECKPOINT_SAVING, "/gen3/4")).ok());
   EXPECT_EQ(List()[0].state(), v1::CHECKPOINT_SAVING);
   EXPECT_EQ(List()[0].directory(), "/gen3/4");
+}
+
+// A complete checkpoint a load found damaged is set aside: never completed again as it is, but its
+// step may be saved again (the run went on from an older one); only a complete one is set aside.
+TEST_F(CheckpointRecordsTest, ACompleteCheckpointSetAsideMayBeSavedAgainButNotCompletedAsItIs) {
+  auto early = Record(Checkpoint(8, v1::CHECKPOINT_SET_ASIDE, "/ckpt/8"));
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Record(Checkpoint(8, v1::CHECKPOINT_SAVING, "/ckpt/8")).ok());
+  auto saving = Record(Checkpoint(8, v1::CHECKPOINT_SET_ASIDE, "/ckpt/8"));
+  EXPECT_EQ(saving.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(saving.status().message()),
+              HasSubstr("it is recorded saving; only a complete checkpoint is set aside"));
+  ASSERT_TRUE(Record(Checkpoint(8, v1::CHECKPOINT_COMPLETE, "/ckpt/8")).ok());
+  EXPECT_EQ(Record(Checkpoint(8, v1::CHECKPOINT_SET_ASIDE, "/elsewhere/8")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto aside = Record(Checkpoint(8, v1::CHECKPOINT_SET_ASIDE, "/ckpt/8"));
+  ASSERT_TRUE(aside.ok()) << aside.status();
+  EXPECT_EQ(aside->state(), v1::CHECKPOINT_SET_ASIDE);
+  ASSERT_TRUE(Record(Checkpoint(8, v1::CHECKPOINT_SET_ASIDE, "/ckpt/8")).ok()) << "a retry";
+  auto revived = Record(Checkpoint(8, v1::CHECKPOINT_COMPLETE, "/ckpt/8"));
+  EXPECT_EQ(revived.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(revived.status().message()), HasSubstr("it was set aside"));
+  ASSERT_TRUE(Record(Checkpoint(8, v1::CHECKPOINT_SAVING, "/ckpt/8")).ok());
+  ASSERT_TRUE(Record(Checkpoint(8, v1::CHECKPOINT_COMPLETE, "/ckpt/8")).ok());
+  EXPECT_EQ(List()[0].state(), v1::CHECKPOINT_COMPLETE);
 }
 
 TEST_F(CheckpointRecordsTest, AFullJobDropsItsOldestRemovedRecordsElseRefusesANewOne) {

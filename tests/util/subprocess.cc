@@ -81,4 +81,14 @@ std::string TempDir::WriteFile(const std::string& name, const std::string& conte
   return full;
 }
 
+void FlipBit(const std::string& path, int64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(offset);
+  c = static_cast<char>(c ^ 0x10);
+  f.write(&c, 1);
+}
+
 }  // namespace zerod::testing

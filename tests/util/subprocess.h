@@ -4,6 +4,7 @@
 // Runs a program to completion and captures its exit code, stdout and stderr (tests of the CLIs
 // and daemons run the real binaries).
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Flips one bit of the byte at `offset` of the file at `path`, in place: damage for checksums to
+// find.
+void FlipBit(const std::string& path, int64_t offset);
 
 }  // namespace zerod::testing
 

@@ -503,13 +503,14 @@ def load(directory, scheduler=None):
         start = ckpt.user["epoch"] + 1 if ckpt else 0
 
     A partial checkpoint (a save that did not finish) is skipped, never loaded; a damaged one is
-    set aside (step-<step>.damaged-<ms>) for the next newest; one no record lists there (another
-    job's, copied in) is skipped: each is named on stderr (docs/checkpoints.md). Each rank takes
-    its own saved buffers and frozen parameters, or rank 0's when the saving job had no such
-    rank. As DeepSpeed's engine.load_checkpoint(dir), which returns the client state. The
-    optimizer's parameter groups come back as saved (the LR a schedule had reached included);
-    scheduler: the LR scheduler to restore from the checkpoint (saved with zt.save(...,
-    scheduler=))."""
+    set aside (step-<step>.damaged-<ms>) for the next newest; one this job's records do not list
+    there (another job's, copied in) is skipped, and loads only when its directory is named: each
+    is named on stderr. When the job's own checkpoints are there but none can be loaded, it raises
+    rather than return None (docs/checkpoints.md). Each rank takes its own saved buffers and frozen
+    parameters, or rank 0's when the saving job had no such rank. As DeepSpeed's
+    engine.load_checkpoint(dir), which returns the client state. The optimizer's parameter groups
+    come back as saved (the LR a schedule had reached included); scheduler: the LR scheduler to
+    restore from the checkpoint (saved with zt.save(..., scheduler=))."""
     rt = _require()
     _training_state.check_scheduler(rt.optimizer, scheduler, "zt.load")
     loaded = rt.session.load(os.fspath(directory))
@@ -538,7 +539,8 @@ def snapshot(keep_last=2, user=None, scheduler=None):
 def resume(directory=None, scheduler=None):
     """zt.load of the newest complete checkpoint among `directory` (durable checkpoints; None:
     none) and $ZEROD_SNAPSHOT_DIR (in-memory snapshots, preferred at the same step): what a script
-    under `zerorun --max-restarts` calls at its start. None when neither holds one: a first run.
+    under `zerorun --max-restarts` calls at its start. None when neither holds one: a first run;
+    it raises, as zt.load does, rather than start afresh over the job's own checkpoints.
 
         ckpt = zt.resume("ckpts")
         for step in range(ckpt.step if ckpt else 0, steps):
@@ -547,10 +549,10 @@ def resume(directory=None, scheduler=None):
     """
     rt = _require()
     _training_state.check_scheduler(rt.optimizer, scheduler, "zt.resume")
-    roots = [r for r in (os.environ.get("ZEROD_SNAPSHOT_DIR"), directory) if r]
-    if not roots:
+    snapshots = os.environ.get("ZEROD_SNAPSHOT_DIR")
+    if not snapshots and directory is None:
         return None
-    loaded = rt.session.resume([os.fspath(r) for r in roots])
+    loaded = rt.session.resume(snapshots, [] if directory is None else [os.fspath(directory)])
     return None if loaded is None else _restored(rt, loaded, scheduler)
 
 

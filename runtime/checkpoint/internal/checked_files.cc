@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/checkpoint/internal/damage.h"
 #include "runtime/checkpoint/internal/manifest_checks.h"
 #include "runtime/common/status_macros.h"
 
@@ -25,7 +27,10 @@ absl::Status CheckedFiles::Open(int64_t index) {
   OpenFile& open = files_[static_cast<size_t>(index)];
   if (open.file) return absl::OkStatus();
   const RankFile& want = manifest_.files[static_cast<size_t>(index)];
-  ZEROD_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(PathOf(index)));
+  absl::StatusOr<ReadOnlyFile> opened = ReadOnlyFile::Open(PathOf(index));
+  // A file the manifest lists, missing: damage (any other failure to open it is not).
+  if (absl::IsNotFound(opened.status())) return Damage(opened.status());
+  ZEROD_ASSIGN_OR_RETURN(ReadOnlyFile file, std::move(opened));
   ZEROD_RETURN_IF_ERROR(CheckSize(PathOf(index), file.size(), want.bytes));
   open.file.emplace(std::move(file));
   open.verified.assign(want.block_xxh3.size(), false);
@@ -52,9 +57,9 @@ absl::StatusOr<const CheckedFiles::CachedBlock*> CheckedFiles::Block(int64_t ind
   if (!open.verified[static_cast<size_t>(block)]) {
     const uint64_t got = XXH3_64bits(slot->data.data(), static_cast<size_t>(bytes));
     if (got != want.block_xxh3[static_cast<size_t>(block)]) {
-      return absl::DataLossError(absl::StrCat(PathOf(index), ": checksum mismatch in block ", block,
-                                              " (bytes ", begin, "-", begin + bytes - 1,
-                                              "): the file is damaged"));
+      return Damage(absl::DataLossError(absl::StrCat(PathOf(index), ": checksum mismatch in block ",
+                                                     block, " (bytes ", begin, "-",
+                                                     begin + bytes - 1, "): the file is damaged")));
     }
     open.verified[static_cast<size_t>(block)] = true;
   }

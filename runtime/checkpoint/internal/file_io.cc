@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/checkpoint/internal/damage.h"
 #include "runtime/common/safe_file.h"
 
 namespace zerod::checkpoint::internal {
@@ -40,8 +41,9 @@ absl::Status ReadOnlyFile::ReadAt(int64_t offset, int64_t bytes, char* out) cons
       return FileError(errno, absl::StrCat("read at byte ", offset, " failed"), path_);
     }
     if (n == 0) {
-      return absl::DataLossError(absl::StrCat(path_, " is truncated: it ends at byte ", offset,
-                                              ", ", bytes, " bytes short of what was to be read"));
+      return Damage(
+          absl::DataLossError(absl::StrCat(path_, " is truncated: it ends at byte ", offset, ", ",
+                                           bytes, " bytes short of what was to be read")));
     }
     out += n;
     offset += n;

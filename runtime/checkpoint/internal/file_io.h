@@ -27,7 +27,7 @@ class ReadOnlyFile {
 
   int64_t size() const { return size_; }
   const std::string& path() const { return path_; }
-  // Exactly `bytes` from `offset`; DATA_LOSS naming the file when it ends first.
+  // Exactly `bytes` from `offset`; DATA_LOSS naming the file when it ends first (damage).
   absl::Status ReadAt(int64_t offset, int64_t bytes, char* out) const;
 
  private:

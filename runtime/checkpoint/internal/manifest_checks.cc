@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/checkpoint/internal/damage.h"
 #include "runtime/plan/digest.h"
 
 namespace zerod::checkpoint::internal {
@@ -51,12 +52,12 @@ absl::Status CheckFile(const RankFile& f, int64_t index, const std::string& sour
 
 absl::Status CheckSize(const std::string& path, int64_t actual, int64_t expected) {
   if (actual < expected) {
-    return absl::DataLossError(
-        absl::StrCat(path, " is truncated: ", actual, " bytes, the manifest says ", expected));
+    return Damage(absl::DataLossError(
+        absl::StrCat(path, " is truncated: ", actual, " bytes, the manifest says ", expected)));
   }
   if (actual > expected) {
-    return absl::DataLossError(
-        absl::StrCat(path, " holds ", actual, " bytes, the manifest says ", expected));
+    return Damage(absl::DataLossError(
+        absl::StrCat(path, " holds ", actual, " bytes, the manifest says ", expected)));
   }
   return absl::OkStatus();
 }

@@ -23,7 +23,7 @@ absl::StatusOr<Manifest> LegacyManifestFromJson(const std::string& text, const s
 absl::StatusOr<Manifest> ReadManifest(const std::string& dir, bool legacy);
 
 // OK when a file at `path` of `actual` bytes has the `expected` size its manifest lists; else
-// DATA_LOSS "X is truncated: N bytes, the manifest says M" (or "X holds N bytes, ...").
+// DATA_LOSS "X is truncated: N bytes, the manifest says M" (or "X holds N bytes, ..."), damage.
 absl::Status CheckSize(const std::string& path, int64_t actual, int64_t expected);
 
 // Where element `element` (an index into a file's sections) starts in section `section`.

@@ -1,13 +1,16 @@
 #include "runtime/checkpoint/internal/protocol_store.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "runtime/checkpoint/internal/damage.h"
 #include "runtime/common/status_macros.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -31,7 +34,8 @@ spdlog::logger& Log() {
 
 std::string EncodeStatus(const absl::Status& status, const std::string& payload) {
   if (status.ok()) return "OK\n" + payload;
-  return absl::StrCat("ERR ", static_cast<int>(status.code()), "\n", status.message());
+  return absl::StrCat("ERR ", static_cast<int>(status.code()), IsDamage(status) ? " damage" : "",
+                      "\n", status.message());
 }
 
 absl::StatusOr<std::string> DecodeStatus(const std::string& value, const std::string& key) {
@@ -40,9 +44,12 @@ absl::StatusOr<std::string> DecodeStatus(const std::string& value, const std::st
   const std::string rest = newline == std::string::npos ? "" : value.substr(newline + 1);
   if (head == "OK") return rest;
   int code = 0;
-  if (absl::StartsWith(head, "ERR ") && absl::SimpleAtoi(head.substr(4), &code) && code > 0 &&
-      code <= 16) {
-    return absl::Status(static_cast<absl::StatusCode>(code), rest);
+  absl::string_view code_text = head;
+  if (!absl::ConsumePrefix(&code_text, "ERR ")) code_text = "";
+  const bool damage = absl::ConsumeSuffix(&code_text, " damage");
+  if (absl::SimpleAtoi(code_text, &code) && code > 0 && code <= 16) {
+    absl::Status s(static_cast<absl::StatusCode>(code), rest);
+    return damage ? Damage(std::move(s)) : s;
   }
   return absl::InternalError(absl::StrCat("checkpoint: store key ", key, " holds '",
                                           value.substr(0, 64), "', not a status"));
@@ -90,7 +97,10 @@ absl::StatusOr<std::string> SetFirst(comm::Store& store, const std::string& key,
 }
 
 absl::Status Named(const absl::Status& s, const std::string& context) {
-  return absl::Status(s.code(), absl::StrCat(context, s.message()));
+  absl::Status named(s.code(), absl::StrCat(context, s.message()));
+  s.ForEachPayload(
+      [&](absl::string_view type, const absl::Cord& payload) { named.SetPayload(type, payload); });
+  return named;
 }
 
 absl::Status Agree(comm::Store& store, const std::string& prefix, int64_t rank, int64_t world,

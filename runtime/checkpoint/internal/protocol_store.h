@@ -20,7 +20,8 @@ namespace zerod::checkpoint::internal {
 // The "checkpoint" logger (stderr unless the process configured one of that name).
 spdlog::logger& Log();
 
-// "OK\n<payload>", or "ERR <code>\n<message>".
+// "OK\n<payload>", or "ERR <code>\n<message>" ("ERR <code> damage\n...": IsDamage, which every
+// rank must learn alike to decide alike whether to fall back).
 std::string EncodeStatus(const absl::Status& status, const std::string& payload = "");
 // The payload of an OK value, or the error it carries; INTERNAL naming `key` for anything else.
 absl::StatusOr<std::string> DecodeStatus(const std::string& value, const std::string& key);
@@ -54,7 +55,7 @@ absl::Status Agree(comm::Store& store, const std::string& prefix, int64_t rank, 
                    absl::Status mine, absl::Time deadline, absl::Duration timeout,
                    const std::string& what);
 
-// `s` with `context` before its message.
+// `s` with `context` before its message (its payloads, the damage mark included, kept).
 absl::Status Named(const absl::Status& s, const std::string& context);
 
 }  // namespace zerod::checkpoint::internal

@@ -42,7 +42,7 @@ std::vector<plan::TensorSpec> JobLayout() {
           {"w2", {3, 11}, DType::kFloat32, ""}};
 }
 
-absl::Status FakeRecorder::Record(const CheckpointRecordInfo& record) {
+absl::Status FailureInjectingRecorder::Record(const CheckpointRecordInfo& record) {
   MutexLock lock(&mu_);
   if (fail_complete_ && record.state == RecordState::kComplete) {
     fail_complete_ = false;
@@ -53,45 +53,35 @@ absl::Status FakeRecorder::Record(const CheckpointRecordInfo& record) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<CheckpointRecordInfo>> FakeRecorder::List() {
+absl::StatusOr<std::vector<CheckpointRecordInfo>> FailureInjectingRecorder::List() {
   MutexLock lock(&mu_);
   std::vector<CheckpointRecordInfo> out;
   for (const auto& [dir, r] : latest_) out.push_back(r);
   return out;
 }
 
-absl::StatusOr<std::vector<CheckpointRecordInfo>> FakeRecorder::ListOf(const std::string& job_id) {
-  if (job_id == job_id_) return List();
-  FakeRecorder* other = nullptr;
-  {
-    MutexLock lock(&mu_);
-    for (FakeRecorder* o : others_) {
-      if (o->job_id() == job_id) other = o;
-    }
-  }
-  if (other == nullptr) return std::vector<CheckpointRecordInfo>{};  // a job nobody recorded
-  return other->List();
-}
-
-void FakeRecorder::SeesRecordsOf(FakeRecorder* other) {
-  MutexLock lock(&mu_);
-  others_.push_back(other);
-}
-
-std::vector<CheckpointRecordInfo> FakeRecorder::calls() {
+std::vector<CheckpointRecordInfo> FailureInjectingRecorder::calls() {
   MutexLock lock(&mu_);
   return calls_;
 }
 
-void FakeRecorder::FailNextComplete() {
+void FailureInjectingRecorder::FailNextComplete() {
   MutexLock lock(&mu_);
   fail_complete_ = true;
 }
 
-void FakeRecorder::MarkSaving(const std::string& dir) {
+void FailureInjectingRecorder::MarkSaving(const std::string& dir) {
   MutexLock lock(&mu_);
   latest_[dir].directory = dir;
   latest_[dir].state = RecordState::kSaving;
+}
+
+absl::Status InitJobParameters(engine::ZeroEngine& e) {
+  return e.InitParameters([](int64_t t, float* p) {
+    for (int64_t i = 0; i < JobLayout()[t].numel(); ++i) {
+      p[i] = std::sin(static_cast<float>(t * 31 + i)) * 0.5f;
+    }
+  });
 }
 
 std::string TempRoot() {
@@ -117,13 +107,7 @@ void RunJob(int stage, int64_t world,
       options.adam.lr = 0.01;
       auto engine = engine::ZeroEngine::Create(plan, comm->get(), options);
       ASSERT_TRUE(engine.ok()) << engine.status();
-      ASSERT_TRUE((*engine)
-                      ->InitParameters([](int64_t t, float* p) {
-                        for (int64_t i = 0; i < JobLayout()[t].numel(); ++i) {
-                          p[i] = std::sin(static_cast<float>(t * 31 + i)) * 0.5f;
-                        }
-                      })
-                      .ok());
+      ASSERT_TRUE(InitJobParameters(**engine).ok());
       body(r, **engine, *store);
     });
   }

@@ -2,8 +2,10 @@
 #define ZEROD_TESTS_RUNTIME_CHECKPOINT_SAVE_JOB_H_
 
 // A job for tests of the save and load protocol (save_protocol.h): real ranks as threads with
-// their own Gloo communicators over loopback, one InMemoryStore as the job's store, and
-// FakeRecorder standing in for the coordinator's records.
+// their own Gloo communicators over loopback and one InMemoryStore as the job's store. Tests with
+// the coordinator's real records run against a real zerod (tests/integration/
+// checkpoint_selection_test.cc); FailureInjectingRecorder is for the failures a real zerod does
+// not make on demand.
 
 #include <cstdint>
 #include <functional>
@@ -21,18 +23,17 @@ namespace zerod::checkpoint::testing {
 // Four small fp32 tensors.
 std::vector<plan::TensorSpec> JobLayout();
 
-// The coordinator's records, faked: the latest state per directory, and every call in order.
-class FakeRecorder final : public Recorder {
+// Failure injection: the coordinator's records kept in memory (the latest state per directory,
+// and every call in order), with failures a test asks for: a record of a complete checkpoint
+// that fails, a crash between the manifest and its record.
+class FailureInjectingRecorder final : public Recorder {
  public:
-  explicit FakeRecorder(std::string job_id = "test") : job_id_(std::move(job_id)) {}
+  explicit FailureInjectingRecorder(std::string job_id = "test") : job_id_(std::move(job_id)) {}
   absl::Status Record(const CheckpointRecordInfo& record) override;
   absl::StatusOr<std::vector<CheckpointRecordInfo>> List() override;
-  absl::StatusOr<std::vector<CheckpointRecordInfo>> ListOf(const std::string& job_id) override;
   const std::string& job_id() const override { return job_id_; }
-  // ListOf(other.job_id()) lists `other`'s records (a coordinator that knows both jobs).
-  void SeesRecordsOf(FakeRecorder* other);
   std::vector<CheckpointRecordInfo> calls();
-  // Failure injection: the next record of a complete checkpoint fails.
+  // The next record of a complete checkpoint fails.
   void FailNextComplete();
   // Says `dir` is still being saved, as after a crash between the manifest and the record.
   void MarkSaving(const std::string& dir);
@@ -43,7 +44,6 @@ class FakeRecorder final : public Recorder {
   std::vector<CheckpointRecordInfo> calls_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, CheckpointRecordInfo> latest_ ABSL_GUARDED_BY(mu_);
   bool fail_complete_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<FakeRecorder*> others_ ABSL_GUARDED_BY(mu_);
 };
 
 // A fresh directory's `ckpt` (not created).
@@ -53,6 +53,9 @@ std::string TempRoot();
 // `body(rank, engine, store)` on its own thread.
 void RunJob(int stage, int64_t world,
             const std::function<void(int64_t, engine::ZeroEngine&, comm::Store&)>& body);
+
+// The parameters every job's ranks start from (the same on every rank).
+absl::Status InitJobParameters(engine::ZeroEngine& e);
 
 // One training step with gradients that depend on the rank, the step and the weights.
 absl::Status TrainStep(engine::ZeroEngine& e, int64_t rank);

@@ -1,6 +1,7 @@
 // The save and load protocol (save_protocol.h) with real ranks (save_job.h): threads with their
 // own Gloo communicators over loopback, one InMemoryStore as the job's store, real files in a
-// temporary directory. FakeRecorder stands in for the coordinator's records.
+// temporary directory. FailureInjectingRecorder stands in for the coordinator's records where a
+// test injects a failure (a record that fails, a crash between manifest and record).
 
 #include "runtime/checkpoint/save_protocol.h"
 
@@ -22,7 +23,7 @@ namespace zerod::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::FakeRecorder;
+using testing::FailureInjectingRecorder;
 using ::testing::HasSubstr;
 using testing::Options;
 using testing::RunJob;
@@ -68,7 +69,7 @@ TEST(SaveProtocol, SaveWritesACheckpointThatLoadsAtAnotherWorldSizeAndStage) {
 
 TEST(SaveProtocol, KeepLastRemovesOldCheckpointsOnlyAfterTheNewOneIsComplete) {
   const std::string root = TempRoot();
-  FakeRecorder recorder;
+  FailureInjectingRecorder recorder;
   // Step 1: a save of this job that crashed (recorded saving, no manifest). Step 0: a partial
   // directory this job has no record of: another job sharing the root, still writing. Step 99:
   // newer. A link named like a step, pointing at a checkpoint kept elsewhere.
@@ -119,7 +120,7 @@ TEST(SaveProtocol, KeepLastRemovesOldCheckpointsOnlyAfterTheNewOneIsComplete) {
 // says is saving; the previous checkpoint is still the newest complete one.
 TEST(SaveProtocol, ACheckpointTheCoordinatorCannotRecordCompleteIsNotLeftLookingComplete) {
   const std::string root = TempRoot();
-  FakeRecorder recorder;
+  FailureInjectingRecorder recorder;
   RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
     ASSERT_TRUE(TrainStep(e, r).ok());
     ASSERT_TRUE(Save(e, store, r == 0 ? &recorder : nullptr, Options(root)).ok());
@@ -275,7 +276,7 @@ TEST(SaveProtocol, LoadPicksTheNewestCompleteAndSkipsAPartialOne) {
 
 TEST(SaveProtocol, LoadWithARecorderSkipsADirectoryWhoseRecordIsNotComplete) {
   const std::string root = TempRoot();
-  FakeRecorder recorder;
+  FailureInjectingRecorder recorder;
   std::map<int64_t, std::vector<float>> saved;
   RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
     for (int s = 1; s <= 2; ++s) {

@@ -1,45 +1,41 @@
-// Which checkpoint a load takes from a root, and what it refuses, with real ranks and real files
-// (save_job.h): links for step directories, directories named for another step, checkpoints this
-// job never recorded, files a crashed world left behind, damaged checkpoints (a load falls back to
-// the newest intact one and says which it skipped and why).
+// Which checkpoint a load takes from a root without a coordinator, and what it refuses, with real
+// ranks and real files (save_job.h): links for step directories, directories named for another
+// step, files a crashed world left behind, files the manifest does not list, damaged checkpoints
+// (a load falls back to the newest intact one and says which it skipped and why), and failures
+// that are not damage (a rank that cannot see the directory, or reads another copy of it, a store
+// error), which end the load and set nothing aside. Selection by the coordinator's records is
+// tested against a real zerod: tests/integration/checkpoint_selection_test.cc.
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/save_protocol.h"
 #include "tests/runtime/checkpoint/save_job.h"
+#include "tests/util/subprocess.h"
 
 namespace zerod::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::AllOf;
-using testing::FakeRecorder;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::Options;
 using testing::RunJob;
 using testing::TempRoot;
 using testing::TrainStep;
+using zerod::testing::FlipBit;
 
 std::string Absolute(const std::string& root, int64_t step) {
   return StepDirectory(fs::absolute(root).string(), step);
-}
-
-// Flips one bit of `path` at `offset`.
-void Flip(const std::string& path, int64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(offset);
-  char c = 0;
-  f.read(&c, 1);
-  f.seekp(offset);
-  c = static_cast<char>(c ^ 0x10);
-  f.write(&c, 1);
 }
 
 // One character of a manifest's applied_steps, changed.
@@ -111,175 +107,6 @@ TEST(Selection, ADirectoryNamedForAnotherStepThanItsManifestSaysIsRefused) {
   });
 }
 
-// The case: a link planted for the step directory a save is about to make. The save is
-// refused on every rank naming the link, nothing is written where it points, and keep_last still
-// manages the job's own directories (and leaves the link alone).
-TEST(Selection, ASaveNeverWritesThroughALinkPlantedForItsStepDirectory) {
-  const std::string root = TempRoot();
-  const std::string elsewhere = TempRoot();
-  fs::create_directories(root);
-  fs::create_directories(elsewhere);
-  fs::create_directory_symlink(elsewhere, StepDirectory(root, 2));
-  FakeRecorder recorder;
-  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    ASSERT_TRUE(TrainStep(e, r).ok());
-    ASSERT_TRUE(Save(e, store, r == 0 ? &recorder : nullptr, Options(root, 1)).ok());
-    ASSERT_TRUE(TrainStep(e, r).ok());
-    auto refused = Save(e, store, r == 0 ? &recorder : nullptr, Options(root, 1));
-    ASSERT_FALSE(refused.ok()) << "rank " << r;
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
-    EXPECT_THAT(std::string(refused.status().message()),
-                AllOf(HasSubstr(Absolute(root, 2)), HasSubstr("symbolic link")));
-    ASSERT_TRUE(TrainStep(e, r).ok());
-    auto third = Save(e, store, r == 0 ? &recorder : nullptr, Options(root, 1));
-    ASSERT_TRUE(third.ok()) << third.status();
-  });
-  EXPECT_TRUE(Entries(elsewhere).empty()) << "written through the link";
-  EXPECT_EQ(Entries(root), (std::set<std::string>{"step-000000000002", "step-000000000003"}));
-  EXPECT_TRUE(fs::is_symlink(StepDirectory(root, 2)));
-  bool step1_removed = false;
-  for (const CheckpointRecordInfo& c : recorder.calls()) {
-    step1_removed |= c.step == 1 && c.state == RecordState::kRemoved;
-  }
-  EXPECT_TRUE(step1_removed) << "keep_last did not remove the job's own step 1";
-}
-
-// The case: another job's checkpoint copied into this job's root at a higher step. No
-// record lists it there (the job that saved it recorded it in its own root), so a load from the
-// root does not take it; named on purpose (a new job starting from another's checkpoint), it loads.
-TEST(Selection, ACheckpointThisJobNeverRecordedIsNotLoadedFromItsRoot) {
-  const std::string mine = TempRoot();
-  const std::string theirs = TempRoot();
-  FakeRecorder recorder("test");
-  FakeRecorder other("other");
-  recorder.SeesRecordsOf(&other);
-  std::map<int64_t, std::vector<float>> saved;
-  SaveSteps(mine, 1, &recorder, &saved);
-  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    for (int s = 0; s < 3; ++s) ASSERT_TRUE(TrainStep(e, r).ok());
-    SaveOptions o = Options(theirs);
-    o.job_id = "other";
-    ASSERT_TRUE(Save(e, store, r == 0 ? &other : nullptr, o).ok());
-  });
-  fs::copy(StepDirectory(theirs, 3), StepDirectory(mine, 3), fs::copy_options::recursive);
-  ::testing::internal::CaptureStderr();
-  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    auto loaded = Load(e, store, mine, r == 0 ? &recorder : nullptr);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ(loaded->step, 1);
-    EXPECT_EQ(*e.FullMasterParameters(), saved[1]);
-    auto resumed = LoadNewestIfAny(e, store, {mine}, r == 0 ? &recorder : nullptr);
-    ASSERT_TRUE(resumed.ok()) << resumed.status();
-    ASSERT_TRUE(resumed->has_value());
-    EXPECT_EQ((*resumed)->step, 1);
-    auto named = Load(e, store, StepDirectory(mine, 3), r == 0 ? &recorder : nullptr);
-    ASSERT_TRUE(named.ok()) << named.status();
-    EXPECT_EQ(named->step, 3);
-  });
-  const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_THAT(err, HasSubstr(Absolute(mine, 3) +
-                             " (not in job test's records: saved by job other, which did not "
-                             "record it complete here (copied in?))"));
-  auto latest = LatestComplete(mine, &recorder);
-  ASSERT_TRUE(latest.ok()) << latest.status();
-  EXPECT_EQ(*latest, Absolute(mine, 1));
-}
-
-// A later job resuming from the root an earlier job saved into (a script run again under a new
-// job id): the earlier job's records list the checkpoint there, with that manifest, so it counts.
-// Its manifest replaced by another consistent one, it does not.
-TEST(Selection, ACheckpointAnotherJobSavedInThisRootIsLoadedByThatJobsRecords) {
-  const std::string root = TempRoot();
-  FakeRecorder earlier("earlier");
-  FakeRecorder later("test");
-  later.SeesRecordsOf(&earlier);
-  std::map<int64_t, std::vector<float>> saved;
-  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    for (int s = 1; s <= 2; ++s) {
-      ASSERT_TRUE(TrainStep(e, r).ok());
-      SaveOptions o = Options(root);
-      o.job_id = "earlier";
-      ASSERT_TRUE(Save(e, store, r == 0 ? &earlier : nullptr, o).ok());
-      auto full = e.FullMasterParameters();
-      if (r == 0) saved[s] = *full;
-    }
-  });
-  RunJob(2, 3, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    auto loaded = Load(e, store, root, r == 0 ? &later : nullptr);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ(loaded->step, 2);
-    EXPECT_EQ(*e.FullMasterParameters(), saved[2]);
-  });
-  // Step 2's manifest rewritten consistently (checksum and all) with another user string: not
-  // the manifest job "earlier" recorded, so step 1 is taken.
-  auto m = ReadManifest(StepDirectory(root, 2));
-  ASSERT_TRUE(m.ok()) << m.status();
-  m->user = "forged";
-  ASSERT_TRUE(WriteManifest(StepDirectory(root, 2), *m).ok());
-  ASSERT_TRUE(Verify(StepDirectory(root, 2)).ok());
-  ::testing::internal::CaptureStderr();
-  RunJob(2, 3, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    auto loaded = Load(e, store, root, r == 0 ? &later : nullptr);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ(loaded->step, 1);
-  });
-  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
-              HasSubstr("its manifest is not the one job earlier recorded here"));
-}
-
-// This job's own checkpoint, its manifest rewritten consistently after the save (a forgery the
-// manifest's checksum alone cannot catch): the record keeps the checksum of the manifest the job
-// completed, so the load sets it aside and takes the one before.
-TEST(Selection, AManifestReplacedAfterItsSaveIsNotTheOneTheJobRecorded) {
-  const std::string root = TempRoot();
-  FakeRecorder recorder;
-  SaveSteps(root, 2, &recorder);
-  auto m = ReadManifest(StepDirectory(root, 2));
-  ASSERT_TRUE(m.ok()) << m.status();
-  m->counters.applied_steps = 1;
-  ASSERT_TRUE(WriteManifest(StepDirectory(root, 2), *m).ok());
-  ::testing::internal::CaptureStderr();
-  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    auto loaded = Load(e, store, root, r == 0 ? &recorder : nullptr);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ(loaded->step, 1);
-  });
-  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
-              AllOf(HasSubstr("is not the manifest job test recorded complete"),
-                    HasSubstr("set aside as " + Absolute(root, 2) + ".damaged-")));
-}
-
-// In-memory snapshots are not recorded: this job's are taken, another job's are not.
-TEST(Selection, AnUnrecordedSnapshotOfThisJobIsLoadedAndOneOfAnotherJobIsNot) {
-  const std::string durable = TempRoot();
-  const std::string snapshots = TempRoot();
-  const std::string foreign = TempRoot();
-  FakeRecorder recorder("test");
-  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    ASSERT_TRUE(TrainStep(e, r).ok());
-    ASSERT_TRUE(Save(e, store, r == 0 ? &recorder : nullptr, Options(durable)).ok());
-    ASSERT_TRUE(TrainStep(e, r).ok());
-    SaveOptions o = Options(snapshots);
-    o.record = false;
-    ASSERT_TRUE(Save(e, store, r == 0 ? &recorder : nullptr, o).ok());
-  });
-  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    for (int s = 0; s < 3; ++s) ASSERT_TRUE(TrainStep(e, r).ok());
-    SaveOptions o = Options(foreign);
-    o.record = false;
-    o.job_id = "other";
-    ASSERT_TRUE(Save(e, store, nullptr, o).ok());
-  });
-  fs::copy(StepDirectory(foreign, 3), StepDirectory(snapshots, 3), fs::copy_options::recursive);
-  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    auto resumed = LoadNewestIfAny(e, store, {snapshots, durable}, r == 0 ? &recorder : nullptr);
-    ASSERT_TRUE(resumed.ok()) << resumed.status();
-    ASSERT_TRUE(resumed->has_value());
-    EXPECT_EQ((*resumed)->step, 2);
-    EXPECT_EQ((*resumed)->directory, Absolute(snapshots, 2));
-  });
-}
-
 // The case: a world of 3 died saving step 2 (rank files, no manifest); a world of 2 saves
 // step 2 again. The dead world's rank 2 file is not kept beside the new ones, and a file the
 // manifest does not list, put there afterwards, is flagged by Verify and refused by Load.
@@ -316,14 +143,15 @@ TEST(Selection, ASaveOfAStepACrashedLargerWorldLeftPartialKeepsNoneOfItsFiles) {
 // newest intact one on every rank, says which it skipped and why, and the run saves on.
 TEST(Selection, ADamagedNewestCheckpointIsSkippedForTheNewestIntactOneSayingWhy) {
   const std::string root = TempRoot();
-  FakeRecorder recorder;
   std::map<int64_t, std::vector<float>> saved;
-  SaveSteps(root, 3, &recorder, &saved);
-  Flip(StepDirectory(root, 3) + "/" + RankFileName(1), 20);
+  SaveSteps(root, 3, nullptr, &saved);
+  FlipBit(StepDirectory(root, 3) + "/" + RankFileName(1), 20);
   EditAppliedSteps(StepDirectory(root, 2));
   ::testing::internal::CaptureStderr();
   RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
-    auto loaded = LoadIfAny(e, store, root, r == 0 ? &recorder : nullptr);
+    // Rank 1 alone reads step 3's damaged block (stage 2, the same world): rank 0 finds the
+    // damage itself by checking the whole checkpoint before it sets it aside.
+    auto loaded = LoadIfAny(e, store, root, nullptr);
     ASSERT_TRUE(loaded.ok()) << "rank " << r << ": " << loaded.status();
     ASSERT_TRUE(loaded->has_value());
     EXPECT_EQ((*loaded)->step, 1);
@@ -332,7 +160,7 @@ TEST(Selection, ADamagedNewestCheckpointIsSkippedForTheNewestIntactOneSayingWhy)
     // Training on from step 1 saves steps 2 and 3 again.
     for (int s = 2; s <= 3; ++s) {
       ASSERT_TRUE(TrainStep(e, r).ok());
-      auto out = Save(e, store, r == 0 ? &recorder : nullptr, Options(root));
+      auto out = Save(e, store, nullptr, Options(root));
       ASSERT_TRUE(out.ok()) << "rank " << r << ": " << out.status();
     }
   });
@@ -351,7 +179,7 @@ TEST(Selection, ADamagedNewestCheckpointIsSkippedForTheNewestIntactOneSayingWhy)
 TEST(Selection, WhenEveryCheckpointIsDamagedLoadFailsNamingEach) {
   const std::string root = TempRoot();
   SaveSteps(root, 2, nullptr);
-  Flip(StepDirectory(root, 2) + "/" + RankFileName(0), 4);
+  FlipBit(StepDirectory(root, 2) + "/" + RankFileName(0), 4);
   fs::remove(StepDirectory(root, 1) + "/" + RankFileName(1));
   RunJob(1, 2, [&](int64_t, engine::ZeroEngine& e, comm::Store& store) {
     auto loaded = LoadIfAny(e, store, root, nullptr);
@@ -373,7 +201,7 @@ TEST(Selection, ResumeSaysWhichNewerPartialCheckpointItSkipped) {
                 StepDirectory(root, 2) + "/" + RankFileName(0));
   ::testing::internal::CaptureStderr();
   RunJob(1, 2, [&](int64_t, engine::ZeroEngine& e, comm::Store& store) {
-    auto resumed = LoadNewestIfAny(e, store, {root}, nullptr);
+    auto resumed = LoadNewestIfAny(e, store, {"", {root}}, nullptr);
     ASSERT_TRUE(resumed.ok()) << resumed.status();
     ASSERT_TRUE(resumed->has_value());
     EXPECT_EQ((*resumed)->step, 1);
@@ -384,6 +212,183 @@ TEST(Selection, ResumeSaysWhichNewerPartialCheckpointItSkipped) {
   const size_t skipped = err.find("skipped");
   ASSERT_NE(skipped, std::string::npos);
   EXPECT_THAT(err.substr(skipped), Not(HasSubstr(Absolute(root, 1)))) << "the loaded one is listed";
+}
+
+// Failure injection: the job's store, except that every Get of a key ending in `suffix` fails
+// NOT_FOUND, on every rank alike (a store error, which is no damage of the checkpoint).
+class FailingGetStore final : public comm::Store {
+ public:
+  FailingGetStore(comm::Store& inner, std::string suffix)
+      : inner_(inner), suffix_(std::move(suffix)) {}
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    return inner_.Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    if (absl::EndsWith(key, suffix_)) {
+      return absl::NotFoundError(absl::StrCat("failure injection: store key ", key, " is gone"));
+    }
+    return inner_.Get(key, timeout);
+  }
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override {
+    return inner_.Add(key, delta);
+  }
+  absl::StatusOr<std::string> CompareSet(const std::string& key,
+                                         const std::optional<std::string>& expected,
+                                         const std::string& desired) override {
+    return inner_.CompareSet(key, expected, desired);
+  }
+  absl::StatusOr<bool> Delete(const std::string& key) override { return inner_.Delete(key); }
+  absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) override {
+    return inner_.Wait(keys, timeout);
+  }
+
+ private:
+  comm::Store& inner_;
+  const std::string suffix_;
+};
+
+// Failure injection for the views below: what rank 1 reads instead of rank 0's choice.
+std::string rank1_view;  // NOLINT: set before each load, read by the ranks' threads after
+std::string Rank1Sees(int64_t rank, const std::string& dir) {
+  return rank == 1 ? rank1_view + "/" + fs::path(dir).filename().string() : dir;
+}
+
+// Restores the default view when a test ends.
+struct ViewInjection {
+  explicit ViewInjection(const std::string& view) {
+    rank1_view = view;
+    SetLoadViewInjectionForTesting(&Rank1Sees);
+  }
+  ~ViewInjection() { SetLoadViewInjectionForTesting(nullptr); }
+};
+
+// The review's case: rank 1's node lacks the shared filesystem. That is no damage: the load fails
+// on every rank naming the rank and the directory, and every checkpoint stays where it is; once
+// the filesystem is there, the newest loads.
+TEST(Selection, ARankThatCannotSeeTheCheckpointFailsTheLoadAndSetsNothingAside) {
+  const std::string root = TempRoot();
+  SaveSteps(root, 2, nullptr);
+  const std::set<std::string> before = Entries(root);
+  {
+    ViewInjection unmounted(root + "-not-mounted-on-rank-1");
+    RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+      auto loaded = LoadIfAny(e, store, root, nullptr);
+      ASSERT_FALSE(loaded.ok()) << "rank " << r;
+      EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound) << loaded.status();
+      EXPECT_THAT(std::string(loaded.status().message()),
+                  AllOf(HasSubstr("rank 1"), HasSubstr("does not exist")));
+    });
+  }
+  EXPECT_EQ(Entries(root), before) << "a checkpoint was set aside";
+  RunJob(1, 2, [&](int64_t, engine::ZeroEngine& e, comm::Store& store) {
+    auto loaded = LoadIfAny(e, store, root, nullptr);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_TRUE(loaded->has_value());
+    EXPECT_EQ((*loaded)->step, 2);
+  });
+}
+
+// Rank 1 reads a damaged copy (a stale cache on its node, or its own bad memory) where rank 0 reads
+// the checkpoint intact: rank 0 checks it, does not set it aside, and the load fails saying so.
+TEST(Selection, DamageOnlyAnotherRankSeesIsNotSetAside) {
+  const std::string root = TempRoot();
+  SaveSteps(root, 2, nullptr);
+  const std::string copy = TempRoot();
+  fs::create_directories(copy);
+  fs::copy(StepDirectory(root, 2), StepDirectory(copy, 2), fs::copy_options::recursive);
+  FlipBit(StepDirectory(copy, 2) + "/" + RankFileName(1), 20);
+  const std::set<std::string> before = Entries(root);
+  {
+    ViewInjection stale(copy);
+    // Stage 2, the saving world: rank 1 reads rank 1's file, rank 0 never does.
+    RunJob(2, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+      auto loaded = LoadIfAny(e, store, root, nullptr);
+      ASSERT_FALSE(loaded.ok()) << "rank " << r;
+      EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << loaded.status();
+      EXPECT_THAT(std::string(loaded.status().message()),
+                  AllOf(HasSubstr("rank 1"), HasSubstr("checksum mismatch"),
+                        HasSubstr("rank 0 reads " + Absolute(root, 2) + " intact")));
+    });
+  }
+  EXPECT_EQ(Entries(root), before) << "a checkpoint was set aside";
+  EXPECT_TRUE(Verify(StepDirectory(root, 2)).ok());
+}
+
+// A store error while the ranks agree (NOT_FOUND, as the coordinator's store answers for a key
+// that is gone) is no damage of the checkpoint: the load fails on every rank, nothing set aside.
+TEST(Selection, AStoreErrorDuringALoadSetsNothingAside) {
+  const std::string root = TempRoot();
+  SaveSteps(root, 2, nullptr);
+  const std::set<std::string> before = Entries(root);
+  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    FailingGetStore failing(store, "/read/1");
+    auto loaded = LoadIfAny(e, failing, root, nullptr, absl::Minutes(5));
+    ASSERT_FALSE(loaded.ok()) << "rank " << r;
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound) << loaded.status();
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("failure injection"));
+  });
+  EXPECT_EQ(Entries(root), before) << "a checkpoint was set aside";
+}
+
+// The review's case: a file the manifest does not list (here an export written into the step
+// directory) does not make a complete checkpoint damaged. A load from the root refuses it naming
+// the file, sets nothing aside and takes no older one; moved out, the checkpoint loads. What an
+// interrupted manifest rewrite leaves (manifest.json.XXXXXX.tmp) is not read and not refused.
+TEST(Selection, AFileTheManifestDoesNotListIsRefusedNamingItAndNothingIsSetAside) {
+  const std::string root = TempRoot();
+  SaveSteps(root, 2, nullptr);
+  const std::string dir = StepDirectory(root, 2);
+  const std::string stray = dir + "/model.safetensors";
+  ASSERT_TRUE(ExportSafetensors(dir, stray).ok());
+  const std::set<std::string> before = Entries(root);
+  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    auto loaded = LoadIfAny(e, store, root, nullptr);
+    ASSERT_FALSE(loaded.ok()) << "rank " << r;
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition) << loaded.status();
+    EXPECT_THAT(std::string(loaded.status().message()),
+                AllOf(HasSubstr(Absolute(root, 2) + "/model.safetensors"),
+                      HasSubstr("not listed in its manifest")));
+  });
+  EXPECT_EQ(Entries(root), before) << "a checkpoint was set aside";
+  fs::rename(stray, root + "-model.safetensors");
+  std::ofstream(dir + "/" + kManifestName + ".Ab12Cd.tmp") << "{";
+  RunJob(1, 2, [&](int64_t, engine::ZeroEngine& e, comm::Store& store) {
+    auto loaded = LoadIfAny(e, store, root, nullptr);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_TRUE(loaded->has_value());
+    EXPECT_EQ((*loaded)->step, 2);
+  });
+}
+
+// Nothing to load, but something was skipped: the load says what and why (no silent fresh start).
+TEST(Selection, WhenNothingLoadsTheLoadSaysWhatItSkippedAndWhy) {
+  const std::string root = TempRoot();
+  fs::create_directories(StepDirectory(root, 4));
+  std::ofstream(StepDirectory(root, 4) + "/" + RankFileName(0)) << "half";
+  ::testing::internal::CaptureStderr();
+  RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
+    auto loaded = LoadIfAny(e, store, root, nullptr);
+    ASSERT_TRUE(loaded.ok()) << "rank " << r << ": " << loaded.status();
+    EXPECT_FALSE(loaded->has_value());
+  });
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              AllOf(HasSubstr("nothing to load"), HasSubstr(Absolute(root, 4)),
+                    HasSubstr("no manifest.json")));
+}
+
+// A hard link left in a partial step directory (to a file outside it) is emptied away with the
+// directory's other leftovers: the save writes new files and the linked file keeps its bytes.
+TEST(Selection, ASaveNeverWritesThroughAHardLinkLeftInItsStepDirectory) {
+  const std::string root = TempRoot();
+  fs::create_directories(StepDirectory(root, 1));
+  const std::string victim = root + "/../victim";
+  std::ofstream(victim) << "keep me";
+  fs::create_hard_link(victim, StepDirectory(root, 1) + "/" + RankFileName(0));
+  SaveSteps(root, 1, nullptr);
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()),
+            "keep me");
+  EXPECT_TRUE(Verify(StepDirectory(root, 1)).ok()) << Verify(StepDirectory(root, 1));
 }
 
 }  // namespace

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "tests/runtime/checkpoint/engine_world.h"
 #include "tests/util/subprocess.h"
@@ -161,17 +163,65 @@ TEST_F(DamagedCheckpoint, AOneCharacterEditOfTheManifestIsDetected) {
   EXPECT_TRUE(Verify(dir_).ok()) << Verify(dir_);
 }
 
-// A manifest written before manifests had a checksum (format 1) is refused, never read as if it
-// had been checked: the message names the way to vouch for it (zeroctl checkpoint upgrade).
+// A format-1 manifest exactly as builds before the checksum wrote it: the body of ManifestToJson
+// at commit 7b3b85a (main before format 2), copied here so that this test does not depend on how
+// today's writer spells format 1. nlohmann's json keeps keys sorted, so the text is determined.
+std::string AsMainWroteIt(const Manifest& m) {
+  using nlohmann::json;
+  auto hex = [](uint64_t h) { return absl::StrFormat("%016x", h); };
+  json layout = json::array();
+  for (const plan::TensorSpec& t : m.layout) {
+    layout.push_back({{"name", t.name},
+                      {"shape", t.shape},
+                      {"dtype", std::string(DTypeName(t.dtype))},
+                      {"unit", t.unit}});
+  }
+  json files = json::array();
+  for (const RankFile& f : m.files) {
+    json runs = json::array();
+    for (const engine::ModelRun& r : f.runs) runs.push_back({r.offset, r.numel});
+    json blocks = json::array();
+    for (uint64_t h : f.block_xxh3) blocks.push_back(hex(h));
+    files.push_back({{"rank", f.rank},
+                     {"name", f.name},
+                     {"runs", runs},
+                     {"numel", f.numel},
+                     {"extra_bytes", f.extra_bytes},
+                     {"bytes", f.bytes},
+                     {"xxh3", hex(f.xxh3)},
+                     {"block_xxh3", blocks}});
+  }
+  json j = {{"format_version", 1},
+            {"job_id", m.job_id},
+            {"step", m.step},
+            {"counters",
+             {{"applied_steps", m.counters.applied_steps},
+              {"steps_taken", m.counters.steps_taken},
+              {"loss_scale", m.counters.loss_scaler.scale},
+              {"clean_steps", m.counters.loss_scaler.clean_steps},
+              {"hysteresis_left", m.counters.loss_scaler.hysteresis_left}}},
+            {"world_size", m.world_size},
+            {"stage", m.stage},
+            {"param_dtype", std::string(DTypeName(m.param_dtype))},
+            {"grad_dtype", std::string(DTypeName(m.grad_dtype))},
+            {"layout", layout},
+            {"layout_digest", m.layout_digest},
+            {"plan_digest", m.plan_digest},
+            {"total_numel", m.total_numel},
+            {"files", files},
+            {"created_unix_ms", m.created_unix_ms}};
+  j["user"] = m.user;
+  return j.dump(1) + "\n";
+}
+
+// A manifest written before manifests had a checksum (format 1, as main wrote it) is refused,
+// never read as if it had been checked: the message names the way to vouch for it (zeroctl
+// checkpoint upgrade).
 TEST_F(DamagedCheckpoint, AManifestThatPredatesTheChecksumIsRefusedNamingTheUpgrade) {
   const std::string manifest = dir_ + "/" + kManifestName;
   auto m = ReadManifest(dir_);
   ASSERT_TRUE(m.ok()) << m.status();
-  std::string legacy = ReadText(manifest);
-  legacy.replace(legacy.find("\"format_version\": 2"), 19, "\"format_version\": 1");
-  const size_t field = legacy.find(" \"manifest_xxh3\"");
-  ASSERT_NE(field, std::string::npos);
-  legacy.erase(field, legacy.find('\n', field) + 1 - field);
+  const std::string legacy = AsMainWroteIt(*m);
   std::ofstream(manifest, std::ios::binary | std::ios::trunc) << legacy;
   for (const absl::Status& s : {Verify(dir_), ReadManifest(dir_).status()}) {
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
@@ -185,6 +235,8 @@ TEST_F(DamagedCheckpoint, AManifestThatPredatesTheChecksumIsRefusedNamingTheUpgr
   ASSERT_TRUE(upgraded.ok()) << upgraded.status();
   EXPECT_EQ(upgraded->counters.applied_steps, m->counters.applied_steps);
   EXPECT_EQ(upgraded->user, m->user);
+  EXPECT_EQ(upgraded->created_unix_ms, m->created_unix_ms);
+  EXPECT_TRUE(upgraded->recorded);
   EXPECT_TRUE(Verify(dir_).ok());
   // A damaged rank file is no checkpoint to vouch for.
   std::ofstream(manifest, std::ios::binary | std::ios::trunc) << legacy;
@@ -192,6 +244,24 @@ TEST_F(DamagedCheckpoint, AManifestThatPredatesTheChecksumIsRefusedNamingTheUpgr
   absl::Status refused = UpgradeManifest(dir_);
   EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
   EXPECT_EQ(ReadText(manifest), legacy) << "the legacy manifest was replaced";
+}
+
+// The review's case: a format-2 manifest edited (applied_steps) and relabelled format 1, still
+// carrying its checksum field, is not a manifest written before the checksum: the upgrade refuses
+// to bless it and leaves it as it was.
+TEST_F(DamagedCheckpoint, AFormat2ManifestRelabelledFormat1IsNotUpgraded) {
+  const std::string manifest = dir_ + "/" + kManifestName;
+  std::string edited = ReadText(manifest);
+  edited.replace(edited.find("\"format_version\": 2"), 19, "\"format_version\": 1");
+  const size_t at = edited.find("\"applied_steps\": 2");
+  ASSERT_NE(at, std::string::npos) << edited;
+  edited.replace(at, 18, "\"applied_steps\": 1");
+  std::ofstream(manifest, std::ios::binary | std::ios::trunc) << edited;
+  const absl::Status refused = UpgradeManifest(dir_);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_THAT(std::string(refused.message()), AllOf(HasSubstr(manifest), HasSubstr("relabelled")));
+  EXPECT_EQ(ReadText(manifest), edited);
+  EXPECT_FALSE(ReadManifest(dir_).ok());
 }
 
 }  // namespace
