@@ -165,8 +165,9 @@ TEST_F(DamagedCheckpoint, AOneCharacterEditOfTheManifestIsDetected) {
 
 // A format-1 manifest exactly as builds before the checksum wrote it: the body of ManifestToJson
 // at commit 7b3b85a (main before format 2), copied here so that this test does not depend on how
-// today's writer spells format 1. nlohmann's json keeps keys sorted, so the text is determined.
-std::string AsMainWroteIt(const Manifest& m) {
+// today's writer spells format 1; `tensor_steps`: with counters.tensor_steps, as main wrote it
+// from commit d00aa93 on. nlohmann's json keeps keys sorted, so the text is determined.
+std::string AsMainWroteIt(const Manifest& m, bool tensor_steps = false) {
   using nlohmann::json;
   auto hex = [](uint64_t h) { return absl::StrFormat("%016x", h); };
   json layout = json::array();
@@ -210,6 +211,7 @@ std::string AsMainWroteIt(const Manifest& m) {
             {"total_numel", m.total_numel},
             {"files", files},
             {"created_unix_ms", m.created_unix_ms}};
+  if (tensor_steps) j["counters"]["tensor_steps"] = m.counters.tensor_steps;
   j["user"] = m.user;
   return j.dump(1) + "\n";
 }
@@ -244,6 +246,24 @@ TEST_F(DamagedCheckpoint, AManifestThatPredatesTheChecksumIsRefusedNamingTheUpgr
   absl::Status refused = UpgradeManifest(dir_);
   EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
   EXPECT_EQ(ReadText(manifest), legacy) << "the legacy manifest was replaced";
+}
+
+// Format 1 as main wrote it once tensors had their own step counts: refused as any format 1, and
+// upgraded with the counts kept.
+TEST_F(DamagedCheckpoint, AFormat1ManifestWithTensorStepsIsUpgradedKeepingThem) {
+  const std::string manifest = dir_ + "/" + kManifestName;
+  auto m = ReadManifest(dir_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_FALSE(m->counters.tensor_steps.empty());
+  const std::string legacy = AsMainWroteIt(*m, /*tensor_steps=*/true);
+  ASSERT_THAT(legacy, HasSubstr("\"tensor_steps\""));
+  std::ofstream(manifest, std::ios::binary | std::ios::trunc) << legacy;
+  EXPECT_EQ(ReadManifest(dir_).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(UpgradeManifest(dir_).ok()) << UpgradeManifest(dir_);
+  auto upgraded = ReadManifest(dir_);
+  ASSERT_TRUE(upgraded.ok()) << upgraded.status();
+  EXPECT_EQ(upgraded->counters.tensor_steps, m->counters.tensor_steps);
+  EXPECT_TRUE(Verify(dir_).ok());
 }
 
 // The review's case: a format-2 manifest edited (applied_steps) and relabelled format 1, still
