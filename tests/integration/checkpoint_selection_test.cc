@@ -25,6 +25,7 @@
 #include "runtime/common/status_macros.h"
 #include "tests/integration/zerod_harness.h"
 #include "tests/runtime/checkpoint/save_job.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::testing {
 namespace {
@@ -38,6 +39,7 @@ using checkpoint::testing::TrainStep;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::zerod::testing::Scaled;
 
 constexpr int64_t kWorld = 2;
 // Stage 2 at world 2: each rank reads its own old rank file alone, so damage in rank 1's file is
@@ -55,8 +57,8 @@ client::SessionOptions SessionOf(const ZerodHarness& zerod, const std::string& j
   o.plan_options.param_dtype = DType::kFloat32;
   o.plan_options.grad_dtype = DType::kFloat32;
   o.heartbeat_interval = absl::Milliseconds(100);
-  o.join_timeout = absl::Seconds(60);
-  o.collective_timeout = absl::Seconds(60);
+  o.join_timeout = Scaled(absl::Seconds(60));
+  o.collective_timeout = Scaled(absl::Seconds(60));
   return o;
 }
 

@@ -20,6 +20,7 @@
 #include "runtime/checkpoint/save_protocol.h"
 #include "tests/runtime/checkpoint/save_job.h"
 #include "tests/util/subprocess.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::checkpoint {
 namespace {
@@ -33,6 +34,7 @@ using testing::RunJob;
 using testing::TempRoot;
 using testing::TrainStep;
 using zerod::testing::FlipBit;
+using zerod::testing::Scaled;
 
 std::string Absolute(const std::string& root, int64_t step) {
   return StepDirectory(fs::absolute(root).string(), step);
@@ -322,7 +324,7 @@ TEST(Selection, AStoreErrorDuringALoadSetsNothingAside) {
   const std::set<std::string> before = Entries(root);
   RunJob(1, 2, [&](int64_t r, engine::ZeroEngine& e, comm::Store& store) {
     FailingGetStore failing(store, "/read/1");
-    auto loaded = LoadIfAny(e, failing, root, nullptr, absl::Minutes(5));
+    auto loaded = LoadIfAny(e, failing, root, nullptr, Scaled(absl::Minutes(5)));
     ASSERT_FALSE(loaded.ok()) << "rank " << r;
     EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound) << loaded.status();
     EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("failure injection"));
