@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <utility>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
@@ -44,6 +46,36 @@ absl::Status LoadCredentials(const zerod::server::auth::TlsFiles& tls_files,
   options->tls = *std::move(tls);
   options->etcd_tls = *std::move(etcd_tls);
   return absl::OkStatus();
+}
+
+// The port-file flags' paths, checked before anything starts: one that names a link, a device or
+// a FIFO is a usage error ("--port-file: ..."; refused again at the rename). Empty: none is.
+std::string PortFileProblem(const std::string& port_file, const std::string& http_port_file) {
+  for (const auto& [flag, path] :
+       {std::pair{"--port-file", &port_file}, std::pair{"--http-port-file", &http_port_file}}) {
+    if (path->empty()) continue;
+    if (absl::Status s = zerod::CheckRegularFileTarget(*path); !s.ok()) {
+      return std::string(flag) + ": " + std::string(s.message());
+    }
+  }
+  return "";
+}
+
+// Writes the bound ports into the port files given, each beside its name and renamed over it;
+// false (logged) when one cannot be written.
+bool WritePortFiles(const std::string& port_file, int tcp_port, const std::string& http_port_file,
+                    int http_port) {
+  for (const auto& [path, port] :
+       {std::pair{&port_file, tcp_port}, std::pair{&http_port_file, http_port}}) {
+    if (path->empty()) continue;
+    absl::Status s = zerod::WriteFileAtomically(*path, std::to_string(port) + "\n");
+    if (!s.ok()) {
+      zerod::server::Logger("coordinator")
+          ->error("cannot write the port file: {}", std::string(s.message()));
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -318,13 +350,8 @@ int main(int argc, char** argv) {
       return UsageError("--http-listen: " + std::string(s.message()));
     }
   }
-  // A port file is written beside its name and renamed over it: one that names a link, a device
-  // or a FIFO is refused here, before anything starts (and again at the rename).
-  for (const auto& [flag, path] :
-       {std::pair{"--port-file", &port_file}, std::pair{"--http-port-file", &http_port_file}}) {
-    if (absl::Status s = zerod::CheckRegularFileTarget(*path); !path->empty() && !s.ok()) {
-      return UsageError(std::string(flag) + ": " + std::string(s.message()));
-    }
+  if (std::string problem = PortFileProblem(port_file, http_port_file); !problem.empty()) {
+    return UsageError(problem);
   }
   // Signals are taken by sigwait below; every thread started from here on inherits the mask.
   sigset_t signals;
@@ -368,17 +395,10 @@ int main(int argc, char** argv) {
     Logger("coordinator")->error("{}", std::string(member.status().message()));
     return 1;
   }
-  auto write_ports = [&]() -> absl::Status {
-    for (const auto& [path, port] : {std::pair{&port_file, (*member)->tcp_port()},
-                                     std::pair{&http_port_file, (*member)->http_port()}}) {
-      if (path->empty()) continue;
-      absl::Status s = zerod::WriteFileAtomically(*path, std::to_string(port) + "\n");
-      if (!s.ok()) return s;
-    }
-    return absl::OkStatus();
+  auto write_ports = [&] {
+    return WritePortFiles(port_file, (*member)->tcp_port(), http_port_file, (*member)->http_port());
   };
-  if (absl::Status s = write_ports(); !s.ok()) {
-    Logger("coordinator")->error("cannot write the port file: {}", std::string(s.message()));
+  if (!write_ports()) {
     member->reset();
     return 1;
   }
@@ -404,10 +424,7 @@ int main(int argc, char** argv) {
         member->reset();
         return 1;
       }
-      if (absl::Status ports = write_ports(); !ports.ok()) {
-        Logger("coordinator")
-            ->error("cannot write the port file: {}", std::string(ports.message()));
-      }
+      (void)write_ports();
       service::NotifyStatus((*member)->StatusLine());
       continue;
     }
