@@ -121,6 +121,7 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
   s->device_ = device;
   ClientOptions client_options;
   client_options.endpoint = o.endpoint;
+  client_options.job_token = o.job_token;
   client_options.retry_for = retry_for;
   auto client = CoordinatorClient::Connect(client_options);
   if (!client.ok()) return client.status();
@@ -177,6 +178,7 @@ int64_t TrainerSession::shared_memory_pieces() const {
 
 std::string TrainerSession::PeerAddress() const {
   if (std::string host = Env("ZEROD_GLOO_HOST"); !host.empty()) return host;
+  if (!options_.peer_address.empty()) return options_.peer_address;
   if (!membership_.node_address.empty()) return membership_.node_address;
   return comm::GlooOptions{}.hostname;
 }

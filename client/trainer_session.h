@@ -61,6 +61,10 @@ struct SessionOptions {
   int64_t rank = -2;           // default $ZEROD_RANK, else any
   int64_t world_size = 0;      // default $ZEROD_WORLD_SIZE
   std::string device = "cpu";  // or "cuda", "cuda:N" (ParseDevice)
+  // The job's token; empty: $ZEROD_JOB_TOKEN, else the user's saved one (client/credentials.h).
+  std::string job_token;
+  // The address this rank's peers reach it by (Gloo); empty: see TrainerSession::PeerAddress.
+  std::string peer_address;
   // 0: unbounded on a CPU; on "cuda:N", what cudaMemGetInfo reports free (CUDA builds).
   int64_t budget_bytes = 0;
   std::vector<plan::TensorSpec> layout;
@@ -94,9 +98,10 @@ class TrainerSession {
   const std::string& job_id() const { return options_.job_id; }
   const std::string& device() const { return options_.device; }  // "cpu" or "cuda:N"
   std::shared_ptr<const plan::ShardPlan> plan() const { return membership_.plan; }
-  // The address this rank's peers connect to on a CPU (Gloo): $ZEROD_GLOO_HOST, else the address
-  // its node's zerod gave at the join (its --advertise host, or its --listen host in a cluster),
-  // else 127.0.0.1 (ranks of one machine only).
+  // The address this rank's peers connect to on a CPU (Gloo): $ZEROD_GLOO_HOST, else
+  // SessionOptions::peer_address, else the address its node's zerod gave at the join (its
+  // --advertise host, or its --listen host in a cluster), else 127.0.0.1 (ranks of one machine
+  // only).
   std::string PeerAddress() const;
   // Whether stage-3 gathers run on a communicator of their own.
   bool has_gather_communicator() const { return gather_communicator_ != nullptr; }

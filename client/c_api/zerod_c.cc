@@ -134,13 +134,16 @@ absl::Status ParsePlanOptions(const json& plan, zerod::plan::PlanOptions& out) {
 
 absl::StatusOr<zerod::client::SessionOptions> ParseSessionOptions(const char* text) {
   ZEROD_ASSIGN_OR_RETURN(json o, ParseObject(text, "session"));
-  ZEROD_RETURN_IF_ERROR(KnownKeys(
-      o, "session",
-      {"endpoint", "job", "rank", "world_size", "device", "budget_bytes", "gather_communicator",
-       "join_timeout_s", "collective_timeout_s", "heartbeat_ms", "plan", "layout", "agreed"}));
+  ZEROD_RETURN_IF_ERROR(
+      KnownKeys(o, "session",
+                {"endpoint", "job", "job_token", "peer_address", "rank", "world_size", "device",
+                 "budget_bytes", "gather_communicator", "join_timeout_s", "collective_timeout_s",
+                 "heartbeat_ms", "plan", "layout", "agreed"}));
   zerod::client::SessionOptions options;
   ZEROD_RETURN_IF_ERROR(Field(o, "endpoint", options.endpoint));
   ZEROD_RETURN_IF_ERROR(Field(o, "job", options.job_id));
+  ZEROD_RETURN_IF_ERROR(Field(o, "job_token", options.job_token));
+  ZEROD_RETURN_IF_ERROR(Field(o, "peer_address", options.peer_address));
   ZEROD_RETURN_IF_ERROR(Field(o, "rank", options.rank));
   ZEROD_RETURN_IF_ERROR(Field(o, "world_size", options.world_size));
   ZEROD_RETURN_IF_ERROR(Field(o, "device", options.device));
@@ -291,6 +294,7 @@ int zerod_session_describe(zerod_session* s, char** out) {
             {"world_size", s->session->world_size()},
             {"generation", s->session->generation()},
             {"job", s->session->job_id()},
+            {"peer_address", s->session->PeerAddress()},
             {"device", s->session->device()},
             {"stage", plan.stage()},
             {"param_dtype", std::string(zerod::DTypeName(plan.options().param_dtype))},

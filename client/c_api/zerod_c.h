@@ -27,7 +27,8 @@ const char* zerod_last_error(void);
 void zerod_free(char* text);
 
 /* Joins the job and connects the communicators (TrainerSession::Start). `options_json`:
- * {"endpoint", "job", "rank", "world_size", "device", "budget_bytes", "join_timeout_s",
+ * {"endpoint", "job", "job_token", "peer_address" (Gloo's address of this rank), "rank",
+ *  "world_size", "device", "budget_bytes", "join_timeout_s",
  *  "collective_timeout_s", "heartbeat_ms", "gather_communicator",
  *  "layout": [{"name", "shape", "dtype", "unit"}],
  *  "plan": {"stage", "param_dtype", "grad_dtype", "optimizer", "reduce_bucket_bytes",
@@ -40,7 +41,8 @@ int zerod_session_start(const char* options_json, zerod_session** out);
 void zerod_session_destroy(zerod_session* session);
 int zerod_session_leave(zerod_session* session);
 
-/* The job as this rank sees it, as JSON: rank, world_size, generation, job, device, stage,
+/* The job as this rank sees it, as JSON: rank, world_size, generation, job, peer_address (the
+ * address this rank's peers reach it by), device, stage,
  * the tensors' units, the plan's memory per category (*out: free with zerod_free). */
 int zerod_session_describe(zerod_session* session, char** out);
 

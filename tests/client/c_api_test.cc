@@ -180,6 +180,29 @@ TEST(CApi, OneRankThroughEveryCall) {
 
 // The optimizer's calls (zerod_c_optim.cc): a step over two parameter groups, a tensor without a
 // gradient (not stepped), zero_grad, and this rank's state out and back in.
+// A launcher that hands out the job's token and each rank's Gloo address itself (zerod.torch under
+// torchrun) passes them as options: the token given owns the job, and describe reports the
+// address the peers are told.
+TEST(CApi, JobTokenAndPeerAddressComeFromTheOptions) {
+  Daemon zerod;
+  json options = json::parse(SessionJson(zerod.endpoint(), "c-api-token", 0));
+  options["job_token"] = std::string(64, 'a');
+  options["peer_address"] = "localhost";
+  zerod_session* s = nullptr;
+  ASSERT_EQ(zerod_session_start(options.dump().c_str(), &s), 0) << zerod_last_error();
+  char* text = nullptr;
+  ASSERT_EQ(zerod_session_describe(s, &text), 0);
+  EXPECT_EQ(json::parse(text)["peer_address"], "localhost");
+  zerod_free(text);
+  zerod_session_destroy(s);
+
+  options["job_token"] = std::string(64, 'b');
+  s = nullptr;
+  EXPECT_EQ(zerod_session_start(options.dump().c_str(), &s), 7);  // PERMISSION_DENIED
+  EXPECT_EQ(s, nullptr);
+  EXPECT_THAT(zerod_last_error(), HasSubstr("c-api-token"));
+}
+
 TEST(CApi, ParameterGroupsZeroGradAndTheOptimizerState) {
   Daemon zerod;
   zerod_session* s = nullptr;
