@@ -28,6 +28,8 @@ PACKAGES=(
   python3-torch
   # the PyTorch front end (python/zerod): its tests, the torchvision example
   python3-pytest python3-torchvision python3-numpy python3-pyflakes
+  # pip install --no-build-isolation . (pyproject.toml, setup.py) in a venv, and its test
+  python3-venv python3-pip python3-setuptools python3-wheel
   # zerod's HTTP listener (/metrics) and its test against a real Prometheus (prometheus, promtool);
   # curl asks it as another user (runuser) in tests/integration/metrics_test
   libmicrohttpd-dev prometheus curl

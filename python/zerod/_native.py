@@ -10,6 +10,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 
 # absl::StatusCode values the front end tells apart.
 INVALID_ARGUMENT = 3
@@ -33,22 +34,48 @@ class ZerodError(RuntimeError):
         self.code_name = _CODE_NAMES.get(code, str(code))
 
 
+_PACKAGE = pathlib.Path(__file__).resolve().parent
+
+
+def _checkout_build():
+    """The build folder of the checkout this package runs from (python/zerod in it):
+    $ZEROD_BUILD_DIR, relative to the checkout's root unless absolute, default build/."""
+    candidate = pathlib.Path(os.environ.get("ZEROD_BUILD_DIR", "build"))
+    return candidate if candidate.is_absolute() else _PACKAGE.parents[1] / candidate
+
+
 def _library_path():
+    """$ZEROD_LIB, else the library installed inside this package (pip install), else the
+    checkout's build."""
     explicit = os.environ.get("ZEROD_LIB")
     if explicit:
         if not os.path.exists(explicit):
             raise ZerodError(5, f"ZEROD_LIB={explicit}: no such file")
         return explicit
-    root = pathlib.Path(__file__).resolve().parents[2]  # python/zerod/_native.py -> repository
-    build = os.environ.get("ZEROD_BUILD_DIR", "build")
-    candidate = pathlib.Path(build)
-    if not candidate.is_absolute():
-        candidate = root / candidate
-    candidate = candidate / "lib" / "libzerod_c.so"
+    packaged = _PACKAGE / "_lib" / "libzerod_c.so"
+    if packaged.exists():
+        return str(packaged)
+    candidate = _checkout_build() / "lib" / "libzerod_c.so"
     if not candidate.exists():
-        raise ZerodError(5, f"libzerod_c.so is not built: expected {candidate} (run "
-                            "scripts/build.sh zerod_c, or set ZEROD_LIB to the library)")
+        raise ZerodError(5, f"libzerod_c.so was not found: not installed in the package "
+                            f"({packaged}: pip install --no-build-isolation . from the "
+                            f"checkout) nor built in the checkout ({candidate}: scripts/build.sh "
+                            "zerod_c); or set ZEROD_LIB to the library")
     return str(candidate)
+
+
+def program_path(name):
+    """Where zerod's program `name` (zerod, zerorun, zeroctl) is, found as the library is: inside
+    this package, else beside $ZEROD_LIB's build (its ../bin/), else the checkout's build, else
+    on the PATH; None when nowhere."""
+    places = [_PACKAGE / "_bin"]
+    if os.environ.get("ZEROD_LIB"):
+        places.append(pathlib.Path(os.environ["ZEROD_LIB"]).resolve().parent.parent / "bin")
+    places.append(_checkout_build() / "bin")
+    for folder in places:
+        if os.access(folder / name, os.X_OK):
+            return str(folder / name)
+    return shutil.which(name)
 
 
 _lib = None
