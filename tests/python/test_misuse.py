@@ -224,7 +224,11 @@ def test_a_group_option_zerod_lacks_set_after_shard_is_refused_at_step(one_rank_
 
 
 def test_rank_before_shard_needs_the_environment(monkeypatch):
+    # Under zerorun's variables without a rank (the coordinator assigns one at the join).
+    from zerod.torch import _launch
     monkeypatch.delenv("ZEROD_RANK", raising=False)
+    monkeypatch.setenv("ZEROD_WORLD_SIZE", "2")
+    monkeypatch.setattr(_launch, "_state", None)
     with pytest.raises(ZerodError, match="ZEROD_RANK is not set"):
         zt.rank()
 

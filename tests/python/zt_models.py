@@ -166,6 +166,12 @@ def build(name, seed):
     return MODELS[name]()
 
 
+def build_for_rank(name, seed, rank):
+    """A rank's module in a job: every rank but 0 starts from other values, which zt.shard must
+    replace with rank 0's."""
+    return build(name, seed + (0 if rank == 0 else 100 + rank))
+
+
 def batch(name, step, size, seed=0):
     """The global batch of `step`: inputs and integer targets."""
     g = torch.Generator().manual_seed(1000 * seed + step)

@@ -26,8 +26,7 @@ def main():
     out = sys.argv[2]
     name = spec["model"]
     rank = zt.rank()
-    # Every rank but 0 starts from other values: zt.shard must give them rank 0's.
-    model = zt_models.build(name, spec.get("seed", 0) + (0 if rank == 0 else 100 + rank))
+    model = zt_models.build_for_rank(name, spec.get("seed", 0), rank)
     device = torch.device(spec.get("device", "cpu"))
     model.to(device)
     kwargs = spec.get("shard", {})

@@ -18,8 +18,10 @@ writes a sharded checkpoint (parameters, Adam's state, step, loss scale, each ra
 frozen parameters, your `user` dict); zt.load(dir) restores the newest complete one at any world
 size and stage, and returns zt.Checkpoint(step, user, directory), or None when there is none yet.
 
-Launched as `zerorun -n N -- /usr/bin/python3 train.py` (zerorun sets the ZEROD_* environment
-zt.shard joins from). Gradients are averaged over ranks as torch DDP does, and rank 0's initial
+Launched as `torchrun --nproc_per_node N train.py` (an embedded zerod when $ZEROD_ENDPOINT is not
+set), `zerorun -n N -- python3 train.py`, or `python3 train.py` (a job of one): _launch.py.
+zt.shard makes torch.distributed's default group (gloo) when the script has not
+(zt.process_group()). Gradients are averaged over ranks as torch DDP does, and rank 0's initial
 parameters are everyone's.
 """
 
@@ -35,6 +37,7 @@ import torch
 from zerod._native import INVALID_ARGUMENT, FAILED_PRECONDITION, Session, ZerodError
 from zerod.torch import _layout
 from zerod.torch import _arguments
+from zerod.torch import _launch
 from zerod.torch import _optimizer
 from zerod.torch import _training_state
 from zerod.torch._arguments import bad as _bad
@@ -44,7 +47,7 @@ from zerod.torch._runtime import Runtime
 
 __all__ = ["shard", "rank", "world_size", "gathered", "full_state_dict", "load_state_dict",
            "average", "memory_stats", "save", "load", "snapshot", "resume", "Checkpoint",
-           "shutdown", "ZeroOptimizer", "ZerodError"]
+           "shutdown", "process_group", "ZeroOptimizer", "ZerodError"]
 
 _active = None  # the Runtime of this process's one session
 
@@ -110,7 +113,8 @@ def shard(model, stage=3, dtype="fp32", lr=None, betas=None, eps=None,
       largest unit formed by size when units are not labelled.
     cast_forward_inputs: with bf16/fp16, floating-point inputs of model(...) are cast to it.
     job, rank, world_size, endpoint: default to $ZEROD_JOB, $ZEROD_RANK, $ZEROD_WORLD_SIZE and
-      $ZEROD_ENDPOINT (zerorun sets them).
+      $ZEROD_ENDPOINT (zerorun sets them); under torchrun to RANK and WORLD_SIZE, and without
+      either to a job of one, with an embedded zerod unless $ZEROD_ENDPOINT is set.
     """
     global _active
     if _active is not None:
@@ -168,10 +172,7 @@ def shard(model, stage=3, dtype="fp32", lr=None, betas=None, eps=None,
                                                    gradient_accumulation_steps, average)}
     if budget is not None:
         options["budget_bytes"] = int(budget)
-    for key, value in (("job", job), ("rank", rank), ("world_size", world_size),
-                       ("endpoint", endpoint)):
-        if value is not None:
-            options[key] = value
+    options.update(_launch.session_options(job, rank, world_size, endpoint))
 
     session = Session(options)
     try:
@@ -187,6 +188,7 @@ def shard(model, stage=3, dtype="fp32", lr=None, betas=None, eps=None,
                   "loss_scale": {"enabled": loss_scaling,
                                  "initial_scale": float(2 ** initial_scale_power)}}
         session.create_engine(engine)
+        _launch.joined(session, info)
         # Rank 0's values are everyone's (DDP broadcasts its module the same way).
         host = [e.param.detach().to("cpu", torch.float32).contiguous() for e in trainable]
         session.init_from(0, [t.data_ptr() for t in host])
@@ -288,15 +290,6 @@ def _require():
     return _active
 
 
-def _env_int(name):
-    value = os.environ.get(name)
-    if value is None:
-        raise ZerodError(FAILED_PRECONDITION, (
-            f"zerod: {name} is not set and zt.shard has not joined a job yet; launch with "
-            "zerorun, or call zt.shard first"))
-    return int(value)
-
-
 @contextlib.contextmanager
 def gathered(module):
     """Stage 3: the parameters of `module` (the sharded model or any of its submodules) hold
@@ -332,13 +325,18 @@ def gathered(module):
 
 
 def rank():
-    """This process's rank: the job's once zt.shard has joined, else $ZEROD_RANK."""
-    return _active.info["rank"] if _active is not None else _env_int("ZEROD_RANK")
+    """This process's rank: the job's once zt.shard has joined, else the launch's ($ZEROD_RANK,
+    $RANK, or 0)."""
+    return _active.info["rank"] if _active is not None else _launch.rank()
 
 
 def world_size():
-    """The job's number of ranks: once joined the plan's, else $ZEROD_WORLD_SIZE."""
-    return _active.info["world_size"] if _active is not None else _env_int("ZEROD_WORLD_SIZE")
+    """The job's number of ranks: once joined the plan's, else the launch's ($ZEROD_WORLD_SIZE,
+    $WORLD_SIZE, or 1)."""
+    return _active.info["world_size"] if _active is not None else _launch.world_size()
+
+
+process_group = _launch.process_group
 
 
 def average(value):
@@ -583,6 +581,7 @@ def _leave(keep_parameters):
     try:
         rt.session.leave()
     finally:
+        _launch.left()
         rt.detach(keep_parameters)
         if not keep_parameters:
             rt.session.close()
