@@ -107,6 +107,9 @@ absl::StatusOr<std::unique_ptr<TrainerSession>> TrainerSession::Start(SessionOpt
   absl::Duration retry_for = defaults.retry_for;
   ZEROD_ASSIGN_OR_RETURN(const std::optional<bool> shm, EnvSwitch("ZEROD_GLOO_SHARED_MEMORY"));
   if (shm.has_value()) o.shared_memory = *shm;
+  ZEROD_ASSIGN_OR_RETURN(const std::optional<bool> exchange,
+                         EnvSwitch("ZEROD_GLOO_SHARD_EXCHANGE"));
+  if (exchange.has_value()) o.shard_exchange = *exchange;
   ZEROD_ASSIGN_OR_RETURN(const std::optional<bool> background,
                          EnvSwitch("ZEROD_GLOO_BACKGROUND_START"));
   if (background.has_value()) o.background_start = background;
@@ -184,10 +187,21 @@ std::string TrainerSession::PeerAddress() const {
 }
 
 absl::Status TrainerSession::Connect() {
-  // Every rank creates the same communicators in the same order (each creation is collective).
-  const bool gathers =
-      options_.gather_communicator && membership_.plan->stage() == 3 && membership_.world_size > 1;
   const int64_t rank = membership_.rank, world = membership_.world_size;
+  const bool stage3 = membership_.plan->stage() == 3 && world > 1;
+  // Every rank asks (the agreement is collective); every rank or none gets an exchange.
+  std::shared_ptr<engine::ShardExchange> exchange;
+  if (stage3 && device_ < 0) {
+    int64_t shard_bytes = 0;
+    for (const plan::Allocation& a : membership_.plan->Allocations()) {
+      if (a.category == plan::MemoryCategory::kParams) shard_bytes = a.numel * a.element_bytes;
+    }
+    ZEROD_ASSIGN_OR_RETURN(exchange, engine::ShardExchange::Connect(
+                                         *store_, "shards", rank, world, shard_bytes,
+                                         options_.shard_exchange, options_.collective_timeout));
+  }
+  // Every rank creates the same communicators in the same order (each creation is collective).
+  const bool gathers = options_.gather_communicator && stage3 && exchange == nullptr;
   // Makes one communicator of this session's backend, its rendezvous keys under `name`.
   std::function<absl::StatusOr<std::unique_ptr<comm::Communicator>>(const std::string&)> make;
   if (device_ < 0) {
@@ -221,6 +235,7 @@ absl::Status TrainerSession::Connect() {
   MutexLock lock(&mu_);
   communicator_ = std::move(main);
   gather_communicator_ = std::move(gather);
+  shard_exchange_ = std::move(exchange);
   if (!lost_.ok()) AbortCommunicators(lost_);
   return absl::OkStatus();
 }
@@ -229,6 +244,7 @@ void TrainerSession::AbortCommunicators(const absl::Status& why) {
   if (store_) store_->Abort(why);
   if (communicator_) communicator_->Abort(why);
   if (gather_communicator_) gather_communicator_->Abort(why);
+  if (shard_exchange_) shard_exchange_->Abort(why);
 }
 
 absl::StatusOr<engine::ZeroEngine*> TrainerSession::CreateEngine(engine::EngineOptions options) {
@@ -238,6 +254,7 @@ absl::StatusOr<engine::ZeroEngine*> TrainerSession::CreateEngine(engine::EngineO
   if (engine() != nullptr) return taken;  // before allocating a second engine's buffers
   options.device = device_ops_;
   options.gather_comm = gather_communicator_.get();
+  options.shard_exchange = shard_exchange_;
   options.check_store = store_;
   options.collective_timeout = options_.collective_timeout;
   options.explain_failure = [this](const absl::Status& failure, bool wait) {

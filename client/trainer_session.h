@@ -78,6 +78,10 @@ struct SessionOptions {
   // Stage 3: gathers on a communicator of their own (one more set of connections per rank), so
   // the prefetch of the next unit does not wait behind backward's reduce-scatters.
   bool gather_communicator = true;
+  // Stage 3, host memory, every rank on one host: gathers copy the peers' parameter shards from
+  // shared memory instead of all-gathering them (engine::ShardExchange), so ranks may gather
+  // different units, and no gather communicator is made. $ZEROD_GLOO_SHARD_EXCHANGE=0 turns it off.
+  bool shard_exchange = true;
   // Gloo: ranks that all run on one host move large collectives through shared memory
   // (GlooOptions::shared_memory). $ZEROD_GLOO_SHARED_MEMORY=0 turns it off, =1 leaves it on.
   bool shared_memory = true;
@@ -105,6 +109,8 @@ class TrainerSession {
   std::string PeerAddress() const;
   // Whether stage-3 gathers run on a communicator of their own.
   bool has_gather_communicator() const { return gather_communicator_ != nullptr; }
+  // Whether stage-3 gathers copy the peers' shards from shared memory (SessionOptions).
+  bool has_shard_exchange() const { return shard_exchange_ != nullptr; }
   // Whether the collectives move large buffers through shared memory (Gloo, every rank on this
   // host, SessionOptions::shared_memory on).
   bool uses_shared_memory() const;
@@ -171,6 +177,7 @@ class TrainerSession {
   // Set by Start before the heartbeat thread could abort them (under mu_), then only read.
   std::unique_ptr<comm::Communicator> communicator_;
   std::unique_ptr<comm::Communicator> gather_communicator_;
+  std::shared_ptr<engine::ShardExchange> shard_exchange_;
   std::atomic<bool> left_ = false;
 
   mutable Mutex mu_;

@@ -436,6 +436,7 @@ int main(int argc, char** argv) {
         {"world_size", world},
         {"device", session ? session->device() : std::string("cpu")},
         {"gather_communicator", session && session->has_gather_communicator()},
+        {"shard_exchange", session && session->has_shard_exchange()},
         {"shared_memory", session && session->uses_shared_memory()},
         {"shared_memory_pieces", session ? session->shared_memory_pieces() : 0},
         {"background_start", session && session->starts_collectives_in_background()},

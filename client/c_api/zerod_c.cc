@@ -411,6 +411,10 @@ int zerod_engine_stats(zerod_session* s, char** out) {
             {"allocated_bytes", s->engine->AllocatedBytes()},
             {"memory", MemoryJson(s->engine->MemoryByCategory())},
             {"model_state_bytes", s->engine->MemoryByCategory().ModelState()},
+            {"gather_overflows", s->engine->gather_overflows()},
+            {"peak_gather_buffers", s->engine->peak_gather_buffers()},
+            {"pulls_gathers", s->engine->pulls_gathers()},
+            {"bytes_pulled", s->engine->bytes_pulled()},
             {"bytes_sent", sent}};
   return ReturnJson(d, out);
 }

@@ -100,6 +100,8 @@ int zerod_engine_average(zerod_session* session, double value, double* mean);
  */
 int zerod_engine_full_parameters(zerod_session* session, float* out, int64_t count);
 /* What the engine holds and has sent, as JSON: step, allocated_bytes, memory per category,
+ * gather_overflows and peak_gather_buffers (stage 3: ZeroEngine::gather_overflows), pulls_gathers
+ * and bytes_pulled (ZeroEngine::pulls_gathers),
  * bytes_sent per collective (*out: free with zerod_free). */
 int zerod_engine_stats(zerod_session* session, char** out);
 /* Waits for the engine's device work (a no-op in host memory). */

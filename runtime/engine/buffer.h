@@ -29,18 +29,30 @@ class Buffer {
     b.data_ = static_cast<char*>(*p);
     return b;
   }
+  // A buffer over memory someone else owns (zero-filled, aligned as Allocate's), which it never
+  // frees: a stage-3 shard in shared memory (ShardExchange).
+  static Buffer Borrow(std::shared_ptr<DeviceOps> ops, DType dtype, int64_t numel, char* data) {
+    Buffer b;
+    b.ops_ = std::move(ops);
+    b.dtype_ = dtype;
+    b.numel_ = numel;
+    b.data_ = data;
+    b.owned_ = false;
+    return b;
+  }
   Buffer(Buffer&& other) noexcept { *this = std::move(other); }
   Buffer& operator=(Buffer&& other) noexcept {
     std::swap(ops_, other.ops_);
     std::swap(dtype_, other.dtype_);
     std::swap(numel_, other.numel_);
     std::swap(data_, other.data_);
+    std::swap(owned_, other.owned_);
     return *this;
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() {
-    if (data_ != nullptr) ops_->Free(data_);
+    if (data_ != nullptr && owned_) ops_->Free(data_);
   }
 
   DType dtype() const { return dtype_; }
@@ -63,6 +75,7 @@ class Buffer {
   DType dtype_ = DType::kFloat32;
   int64_t numel_ = 0;
   char* data_ = nullptr;
+  bool owned_ = true;
 };
 
 inline float LoadAs(DType dtype, const void* base, int64_t i) {

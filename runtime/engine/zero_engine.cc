@@ -8,17 +8,7 @@
 #include "runtime/common/status_macros.h"
 
 namespace zerod::engine {
-namespace {
-
 using plan::MemoryCategory;
-
-// Collectives of fewer bytes than this cost their latency (a lead exchange, a wake-up of every
-// rank), not their bytes: the segments of back-to-back reduce-scatters, or of a gather and its
-// prefetch, go as one grouped collective while they come to at most this much. (Measured at 2
-// ranks on loopback: a 4 KiB reduce-scatter 130 us, 1 MiB 528 us.)
-constexpr int64_t kCoalesceBytes = int64_t{256} << 10;
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(
     std::shared_ptr<const plan::ShardPlan> plan, comm::Communicator* comm, EngineOptions options) {
@@ -55,6 +45,7 @@ ZeroEngine::ZeroEngine(std::shared_ptr<const plan::ShardPlan> plan, comm::Commun
     : plan_(std::move(plan)),
       comm_(comm),
       gather_comm_(options.gather_comm != nullptr ? options.gather_comm : comm),
+      exchange_(plan_->stage() == 3 ? options.shard_exchange.get() : nullptr),
       options_(std::move(options)),
       rank_(comm->rank()),
       stage_(plan_->stage()),
@@ -71,6 +62,16 @@ absl::Status ZeroEngine::AllocateBuffers() {
       ZEROD_ASSIGN_OR_RETURN(Buffer memory, Buffer::Allocate(ops_, dtype, a.numel));
       return PlannedBuffer{std::move(memory), a.layout};
     };
+    if (a.category == MemoryCategory::kParams && exchange_ != nullptr) {
+      // The shard every rank pulls from lives in the exchange's shared memory.
+      if (exchange_->bytes() < a.numel * DTypeBytes(dtype)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("engine: the shard exchange holds ", exchange_->bytes(),
+                         " bytes, the parameter shard needs ", a.numel * DTypeBytes(dtype)));
+      }
+      params_ = PlannedBuffer{Buffer::Borrow(ops_, dtype, a.numel, exchange_->own()), a.layout};
+      continue;
+    }
     if (PlannedBuffer* single = SingleBuffer(a.category)) {
       ZEROD_ASSIGN_OR_RETURN(*single, make());
       continue;
@@ -78,9 +79,14 @@ absl::Status ZeroEngine::AllocateBuffers() {
     for (int64_t i = 0; i < a.count; ++i) {
       ZEROD_ASSIGN_OR_RETURN(PlannedBuffer b, make());
       if (a.category == MemoryCategory::kBucketBuffers) buckets_.push_back({std::move(b)});
-      if (a.category == MemoryCategory::kGatherBuffers) gathers_.push_back({std::move(b)});
+      if (a.category == MemoryCategory::kGatherBuffers) {
+        gather_numel_ = a.numel;
+        gather_layout_ = a.layout;
+        gathers_.push_back({std::move(b)});
+      }
     }
   }
+  peak_gather_buffers_ = static_cast<int64_t>(gathers_.size());
   // Step's agreement: the overflow flag, the squared norm, then a flag per tensor.
   const int64_t tensors = static_cast<int64_t>(plan_->tensors().size());
   ZEROD_ASSIGN_OR_RETURN(totals_, Buffer::Allocate(ops_, DType::kFloat32, 2 + tensors));
@@ -174,8 +180,12 @@ absl::Status ZeroEngine::Blame(const absl::Status& check, const absl::Status& fa
 }
 
 absl::Status ZeroEngine::InitParameters(const std::function<void(int64_t, float*)>& init) {
+  ZEROD_RETURN_IF_ERROR(DropGatheredUnits());
+  ZEROD_RETURN_IF_ERROR(BeginShardWrite());
   ZEROD_RETURN_IF_ERROR(InitTensors(0, static_cast<int64_t>(plan_->tensors().size()), init));
-  return ops_->Synchronize();
+  ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
+  EndShardWrite();
+  return absl::OkStatus();
 }
 
 absl::Status ZeroEngine::InitTensors(int64_t first, int64_t last,
@@ -234,6 +244,8 @@ absl::Status ZeroEngine::InitParametersFrom(int64_t root,
   // a rank that will hold 1/N of it at stage 3 must not hold all of it twice first.
   const std::vector<plan::TensorPlacement>& places = plan_->placements();
   const int64_t count = static_cast<int64_t>(places.size());
+  ZEROD_RETURN_IF_ERROR(DropGatheredUnits());
+  ZEROD_RETURN_IF_ERROR(BeginShardWrite());
   std::vector<float> batch;
   std::vector<int64_t> start;  // tensor first + k at start[k] of the batch
   for (int64_t first = 0; first < count;) {
@@ -258,132 +270,8 @@ absl::Status ZeroEngine::InitParametersFrom(int64_t root,
     }));
     first = last;
   }
-  return ops_->Synchronize();
-}
-
-absl::Status ZeroEngine::LaunchGathers(const std::vector<std::pair<int64_t, int64_t>>& units) {
-  // Every copy first: a buffer is marked as gathering only once nothing can fail before the
-  // all-gather is issued.
-  for (const auto& [segment, gather] : units) {
-    GatherBuffer& g = gathers_[static_cast<size_t>(gather)];
-    const plan::OwnedRange mine = plan_->SliceOf(rank_, segment);
-    ZEROD_RETURN_IF_ERROR(ops_->Copy(g.buffer.Slice(mine), params_.Slice(mine),
-                                     mine.numel * DTypeBytes(param_dtype())));
-  }
-  const auto in_flight = std::make_shared<InFlight>();
-  std::vector<comm::ChunkedBuffer> parts;
-  for (const auto& [segment, gather] : units) {
-    GatherBuffer& g = gathers_[static_cast<size_t>(gather)];
-    const plan::OwnedRange mine = plan_->SliceOf(rank_, segment);
-    log_.Record("all_gather", mine.numel, param_dtype());
-    parts.push_back({g.buffer.memory.data(), mine.numel});
-    g.gather = in_flight;
-    g.segment = segment;
-    g.requested = false;
-    g.last_use = 0;  // a prefetch nobody has asked for yet is the first to give way
-    segments_[static_cast<size_t>(segment)].gather = gather;
-  }
-  in_flight->work = gather_comm_->AllGatherGroup(parts, param_dtype());
-  in_flight->work->Start();  // a prefetch: it overlaps the layers computed before it is needed
-  return absl::OkStatus();
-}
-
-absl::Status ZeroEngine::WaitGather(int64_t gather) {
-  return Wait(gathers_[static_cast<size_t>(gather)].gather, WaitFor::kGather);
-}
-
-absl::Status ZeroEngine::DropGather(int64_t g) {
-  ZEROD_RETURN_IF_ERROR(WaitGather(g));
-  GatherBuffer& buffer = gathers_[static_cast<size_t>(g)];
-  segments_[static_cast<size_t>(buffer.segment)].gather = -1;
-  buffer.segment = -1;
-  buffer.requested = false;
-  return absl::OkStatus();
-}
-
-absl::Status ZeroEngine::DropGatheredUnits() {
-  for (size_t g = 0; g < gathers_.size(); ++g) {
-    if (gathers_[g].segment >= 0) ZEROD_RETURN_IF_ERROR(DropGather(static_cast<int64_t>(g)));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<int64_t> ZeroEngine::FreeGatherBuffer(int64_t keep) {
-  int64_t evict = -1;
-  for (size_t g = 0; g < gathers_.size(); ++g) {
-    const GatherBuffer& b = gathers_[g];
-    if (b.segment < 0) return static_cast<int64_t>(g);
-    if (b.requested || b.segment == keep) continue;
-    if (evict < 0 || b.last_use < gathers_[static_cast<size_t>(evict)].last_use) {
-      evict = static_cast<int64_t>(g);
-    }
-  }
-  if (evict >= 0) ZEROD_RETURN_IF_ERROR(DropGather(evict));
-  return evict;
-}
-
-absl::Status ZeroEngine::Gather(int64_t unit) {
-  if (unit < 0 || unit >= num_units()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine: no gather unit ", unit, " (plan has ", num_units(), ")"));
-  }
-  if (stage_ < 3) return absl::OkStatus();
-  if (last_gathered_ >= 0 && unit != last_gathered_) direction_ = unit > last_gathered_ ? 1 : -1;
-  last_gathered_ = unit;
-  // The next unit in the direction of travel is prefetched while this one is in use, into a free
-  // buffer or in place of the unit released longest ago: a prefetch never displaces a unit that
-  // is asked for and not released.
-  const int64_t next = unit + direction_;
-  auto wants_prefetch = [&] {
-    return plan_->options().prefetch_depth > 0 && next >= 0 && next < num_units() &&
-           segments_[static_cast<size_t>(next)].gather < 0;
-  };
-  if (segments_[static_cast<size_t>(unit)].gather < 0) {
-    ZEROD_ASSIGN_OR_RETURN(const int64_t g, FreeGatherBuffer(/*keep=*/-1));
-    if (g < 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("engine: cannot gather unit ", unit, ": all ", gathers_.size(),
-                       " gather buffers hold units (plan max_live_units); Release one first"));
-    }
-    std::vector<std::pair<int64_t, int64_t>> launch = {{unit, g}};
-    if (wants_prefetch() &&
-        SegmentBytes(unit, param_dtype()) + SegmentBytes(next, param_dtype()) <= kCoalesceBytes) {
-      // Small: the prefetch goes in the same all-gather. Buffer g is claimed first, so that
-      // finding the prefetch a buffer passes it over.
-      GatherBuffer& claimed = gathers_[static_cast<size_t>(g)];
-      claimed.segment = unit;
-      claimed.requested = true;
-      absl::StatusOr<int64_t> free = FreeGatherBuffer(/*keep=*/unit);
-      if (!free.ok()) {
-        claimed.segment = -1;
-        claimed.requested = false;
-        return free.status();
-      }
-      if (*free >= 0) launch.emplace_back(next, *free);
-    }
-    ZEROD_RETURN_IF_ERROR(LaunchGathers(launch));
-  }
-  const int64_t g = segments_[static_cast<size_t>(unit)].gather;
-  gathers_[static_cast<size_t>(g)].requested = true;
-  gathers_[static_cast<size_t>(g)].last_use = ++gather_clock_;
-  ZEROD_RETURN_IF_ERROR(WaitGather(g));
-  if (wants_prefetch()) {
-    ZEROD_ASSIGN_OR_RETURN(const int64_t free, FreeGatherBuffer(/*keep=*/unit));
-    if (free >= 0) ZEROD_RETURN_IF_ERROR(LaunchGathers({{next, free}}));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ZeroEngine::Release(int64_t unit) {
-  if (stage_ < 3) return absl::OkStatus();
-  if (unit < 0 || unit >= num_units() || segments_[static_cast<size_t>(unit)].gather < 0 ||
-      !gathers_[static_cast<size_t>(segments_[static_cast<size_t>(unit)].gather)].requested) {
-    return absl::FailedPreconditionError(absl::StrCat("engine: unit ", unit, " is not gathered"));
-  }
-  // Kept until its buffer is needed (see GatherBuffer): evictable from now on.
-  GatherBuffer& g = gathers_[static_cast<size_t>(segments_[static_cast<size_t>(unit)].gather)];
-  g.requested = false;
-  g.last_use = ++gather_clock_;
+  ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
+  EndShardWrite();
   return absl::OkStatus();
 }
 
@@ -761,6 +649,10 @@ absl::Status ZeroEngine::FinishRestore(const TrainingCounters& counters) {
     }
   }
   ZEROD_RETURN_IF_ERROR(DropGatheredUnits());
+  // The master copy was written already (WriteState), which in fp32 is the shard others pull
+  // from: safe, since every rank agreed to load before any wrote (LoadCheckpoint), so no rank
+  // was gathering. The phase tells them the new values are there.
+  ZEROD_RETURN_IF_ERROR(BeginShardWrite());
   if (mixed()) {
     // The low-precision parameters are the master copy rounded, as Adam writes them.
     std::vector<float> master;
@@ -784,6 +676,7 @@ absl::Status ZeroEngine::FinishRestore(const TrainingCounters& counters) {
   ZEROD_RETURN_IF_ERROR(GatherParameters());
   ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));
   ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
+  EndShardWrite();
   step_ = counters.applied_steps;
   steps_taken_.store(counters.steps_taken, std::memory_order_relaxed);
   scaler_.set_state(counters.loss_scaler);

@@ -51,6 +51,7 @@
 #include "runtime/engine/collective_log.h"
 #include "runtime/engine/device_ops.h"
 #include "runtime/engine/loss_scaler.h"
+#include "runtime/engine/shard_exchange.h"
 #include "runtime/optim/adam.h"
 #include "runtime/plan/shard_plan.h"
 
@@ -80,6 +81,10 @@ struct EngineOptions {
   // the order they were issued, so with one communicator the prefetch of the next unit waits for
   // every reduce-scatter issued before it. nullptr: gathers share the main communicator.
   comm::Communicator* gather_comm = nullptr;
+  // Stage 3, every rank on one host: the parameter shards in shared memory (shard_exchange.h).
+  // Gathers then copy the peers' slices themselves, without a collective, so ranks may gather
+  // different units; gather_comm goes unused. Every rank gives one or none.
+  std::shared_ptr<ShardExchange> shard_exchange;
   // Applied to every failed collective before the engine returns it, so the caller gets the
   // cause rather than the symptom (the trainer session asks the coordinator which rank was lost).
   // Returns the cause, or `failure` itself when none is known; with `wait` false it answers from
@@ -163,14 +168,24 @@ class ZeroEngine {
   // next unit in the direction of travel. Release(unit) ends its use: Param() refuses it from
   // then on, but its buffer keeps it until a gather needs the buffer, so gathering it again before
   // then costs no all-gather. A gather or prefetch takes a free buffer, else displaces a prefetch
-  // nobody asked for, else the unit released longest ago. Step() and every write of the
-  // parameters (InitParameters*, a restore) drop every gathered unit. Since which unit is
-  // displaced decides which all-gathers run, every rank must Gather and Release in the same order
-  // (as it must issue every collective). Below stage 3 both are no-ops.
+  // nobody asked for, else the unit released longest ago. When every buffer holds a unit not
+  // released, a gather takes one more buffer beyond the plan's max_live_units (a prefetch never
+  // does), which goes back as soon as a release leaves more buffers than planned: the plan's
+  // count is a budget kept whenever the caller's releases allow, never a reason to fail.
+  // Step() and every write of the parameters (InitParameters*, a restore) drop every gathered
+  // unit. Since which unit is displaced decides which all-gathers run, every rank must Gather and
+  // Release in the same order (as it must issue every collective). Below stage 3 both are no-ops.
   int64_t UnitOf(int64_t tensor) const;
   int64_t num_units() const { return static_cast<int64_t>(plan_->segments().size()); }
   absl::Status Gather(int64_t unit);
   absl::Status Release(int64_t unit);
+  // Gathers that took a buffer beyond the plan's, and the most gather buffers held at once.
+  int64_t gather_overflows() const { return gather_overflows_; }
+  int64_t peak_gather_buffers() const { return peak_gather_buffers_; }
+  // Whether stage-3 gathers copy the peers' shards (EngineOptions::shard_exchange), and the
+  // bytes copied from other ranks so far.
+  bool pulls_gathers() const { return exchange_ != nullptr; }
+  int64_t bytes_pulled() const { return exchange_ ? exchange_->bytes_pulled() : 0; }
 
   // The tensor's parameters (low precision, or fp32 in fp32 training).
   absl::StatusOr<TensorView> Param(int64_t tensor);
@@ -255,6 +270,12 @@ class ZeroEngine {
     int64_t segment = -1;  // filling, full (held_buckets_) or being reduced; -1 when free
     std::shared_ptr<InFlight> reduce;  // the reduce-scatter in flight, if any
   };
+  // Collectives of fewer bytes than this cost their latency (a lead exchange, a wake-up of every
+  // rank), not their bytes: the segments of back-to-back reduce-scatters, or of a gather and its
+  // prefetch, go as one grouped collective while they come to at most this much. (Measured at 2
+  // ranks on loopback: a 4 KiB reduce-scatter 130 us, 1 MiB 528 us.)
+  static constexpr int64_t kCoalesceBytes = int64_t{256} << 10;
+
   // A gather buffer: one segment's whole parameters (stage 3).
   // A gather buffer holds one unit's parameters from its all-gather until it is needed for
   // another unit or the step changes the parameters. Release only makes it evictable: a unit
@@ -305,16 +326,27 @@ class ZeroEngine {
   bool HoldReduce() const;
   // One grouped reduce-scatter of every full bucket in held_buckets_.
   void LaunchHeldReduces();
-  // One grouped all-gather of each (segment, gather buffer) pair.
+  // One grouped all-gather (or one pull from the shard exchange) of each (segment, gather
+  // buffer) pair, and the bookkeeping of the buffers it fills.
   absl::Status LaunchGathers(const std::vector<std::pair<int64_t, int64_t>>& units);
+  void MarkGathering(const std::vector<std::pair<int64_t, int64_t>>& units,
+                     const std::shared_ptr<InFlight>& in_flight);
   absl::Status WaitGather(int64_t gather);
   // A gather buffer to gather into: a free one, else the one whose unit (not `keep`) is an unused
-  // prefetch or was released longest ago, emptied; -1 when every buffer holds a unit in use.
-  absl::StatusOr<int64_t> FreeGatherBuffer(int64_t keep);
+  // prefetch or was released longest ago, emptied; else, with `grow`, one more beyond the plan's;
+  // else -1.
+  absl::StatusOr<int64_t> FreeGatherBuffer(int64_t keep, bool grow);
+  // Gather buffers holding memory now, and giving back the memory of free ones beyond the plan's.
+  int64_t AllocatedGatherBuffers() const;
+  void ShrinkGatherBuffers();
   // Frees gather buffer g once its all-gather has landed.
   absl::Status DropGather(int64_t g);
   // Drops every gathered unit (once its all-gather has landed): the parameters are changing.
   absl::Status DropGatheredUnits();
+  // The start and end of a write of the parameter shard (ShardExchange's write phases; no-ops
+  // without one). Every rank calls them at the same point.
+  absl::Status BeginShardWrite();
+  void EndShardWrite();
   // The fp32 parameters Adam updates: the master copy, or the parameters in fp32 training.
   PlannedBuffer& Master() { return mixed() ? master_ : params_; }
   PlannedBuffer& State(StateTensor which);
@@ -354,6 +386,7 @@ class ZeroEngine {
   const std::shared_ptr<const plan::ShardPlan> plan_;
   comm::Communicator* const comm_;
   comm::Communicator* const gather_comm_;  // comm_ unless options.gather_comm is given
+  ShardExchange* const exchange_;          // options.shard_exchange at stage 3, else null
   const EngineOptions options_;
   const int64_t rank_;
   const int stage_;
@@ -362,8 +395,12 @@ class ZeroEngine {
   PlannedBuffer params_, grads_, master_, exp_avg_, exp_avg_sq_;
   Buffer totals_;  // two floats for the overflow flag and the squared norm
   std::vector<BucketBuffer> buckets_;
-  std::vector<GatherBuffer> gathers_;
+  std::vector<GatherBuffer> gathers_;  // a slot beyond the plan's may hold no memory
+  int64_t gather_numel_ = 0;           // elements of one gather buffer
+  plan::BufferLayout gather_layout_ = plan::BufferLayout::kFlat;
   int64_t gather_clock_ = 0;  // orders the gather buffers' uses
+  int64_t gather_overflows_ = 0;
+  int64_t peak_gather_buffers_ = 0;
   std::vector<SegmentState> segments_;
 
   // Backward bookkeeping for the current micro-step.

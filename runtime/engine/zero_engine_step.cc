@@ -195,8 +195,11 @@ absl::StatusOr<StepResult> ZeroEngine::Step(const ParamGroups& groups) {
     if (agreed.tensor_stepped[t] && groups.tensor_group[t] != kNotOptimized) ++tensor_steps_[t];
   }
   const int64_t step = ++step_;  // only the trainer's thread touches step_
+  ZEROD_RETURN_IF_ERROR(BeginShardWrite());
   ZEROD_RETURN_IF_ERROR(
       ops_->Adam(AdamRuns(groups, agreed.tensor_stepped, static_cast<float>(mean * coefficient))));
+  ZEROD_RETURN_IF_ERROR(ops_->Synchronize());
+  EndShardWrite();
   // Every rank gets the new parameters (stages 1-2).
   ZEROD_RETURN_IF_ERROR(GatherParameters());
   ZEROD_RETURN_IF_ERROR(grads_.memory.Zero(0, grads_.memory.numel()));

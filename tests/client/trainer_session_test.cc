@@ -164,7 +164,9 @@ TEST_P(EveryStage, TheEngineItCreatesTrainsLikeTheUnshardedRunAndHeartbeatsItsSt
         return;
       }
       client::TrainerSession& s = **session;
-      EXPECT_EQ(s.has_gather_communicator(), stage == 3);
+      // Every rank on one host: stage 3 pulls from shared memory, with no gather communicator.
+      EXPECT_EQ(s.has_shard_exchange(), stage == 3);
+      EXPECT_FALSE(s.has_gather_communicator());
       absl::StatusOr<engine::ZeroEngine*> e = s.CreateEngine(Options());
       if (!e.ok()) {
         status[r] = e.status();
@@ -211,7 +213,11 @@ TEST_P(EveryStage, TheEngineItCreatesTrainsLikeTheUnshardedRunAndHeartbeatsItsSt
     for (const auto& [collective, bytes] : sent[m.rank()]) {
       EXPECT_EQ(m.comm_bytes().at(collective), bytes) << collective;
     }
-    EXPECT_GT(m.comm_bytes().at(stage == 0 ? "all_reduce" : "all_gather"), 0);
+    // Stage 3 pulls its gathers (no collective); its gradients are still reduce-scattered.
+    EXPECT_GT(m.comm_bytes().at(stage == 0   ? "all_reduce"
+                                : stage == 3 ? "reduce_scatter"
+                                             : "all_gather"),
+              0);
   }
 }
 

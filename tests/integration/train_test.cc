@@ -46,7 +46,9 @@ TEST(Train, EveryStageEndsWhereTheUnshardedRunEnds) {
       const double tolerance = dtype == "fp32" ? 1e-5 : 2e-2;
       EXPECT_NEAR(got, want, tolerance * want) << job;
       EXPECT_EQ(out["stage"], stage);
-      EXPECT_EQ(out["gather_communicator"], stage == 3) << "stage 3 gathers on their own";
+      // Every rank on one host: stage 3 copies the peers' shards from shared memory.
+      EXPECT_EQ(out["shard_exchange"], stage == 3);
+      EXPECT_EQ(out["gather_communicator"], false);
       EXPECT_LE(out["model_state_bytes_per_rank"].get<int64_t>(),
                 reference["model_state_bytes_per_rank"].get<int64_t>());
       // The job's members reported the plan's memory while they trained.
@@ -60,12 +62,14 @@ TEST(Train, EveryStageEndsWhereTheUnshardedRunEnds) {
   }
 }
 
-TEST(Train, StageThreeGathersGiveTheSameRunOnEitherCommunicator) {
+TEST(Train, StageThreeGathersGiveTheSameRunOnEitherCommunicatorOrFromSharedMemory) {
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   std::vector<json> runs;
   for (const bool shared : {false, true}) {
-    std::vector<std::string> args = {ZERORUN_PATH,
+    std::vector<std::string> args = {"/usr/bin/env",
+                                     "ZEROD_GLOO_SHARD_EXCHANGE=0",
+                                     ZERORUN_PATH,
                                      "-n",
                                      "2",
                                      "--endpoint",
@@ -85,10 +89,22 @@ TEST(Train, StageThreeGathersGiveTheSameRunOnEitherCommunicator) {
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     runs.push_back(TrainSummary(r.out));
     EXPECT_EQ(runs.back()["gather_communicator"], !shared);
+    EXPECT_EQ(runs.back()["shard_exchange"], false);
   }
   // Gathers only move parameters: where they run changes no number and no byte count.
   EXPECT_EQ(runs[0]["final_loss"], runs[1]["final_loss"]);
   EXPECT_EQ(runs[0]["comm_bytes_by_collective"], runs[1]["comm_bytes_by_collective"]);
+  // Pulled from the peers' shards: the same run, with no all-gather at all.
+  const ProcessResult r =
+      RunProcess({ZERORUN_PATH, "-n", "2", "--endpoint", zerod.endpoint(), "--job", "pulled", "--",
+                  TRAIN_MLP_PATH, "--stage", "3", "--dtype", "bf16", "--steps", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const json pulled = TrainSummary(r.out);
+  EXPECT_EQ(pulled["shard_exchange"], true);
+  EXPECT_EQ(pulled["final_loss"], runs[0]["final_loss"]);
+  EXPECT_EQ(pulled["comm_bytes_by_collective"]["reduce_scatter"],
+            runs[0]["comm_bytes_by_collective"]["reduce_scatter"]);
+  EXPECT_FALSE(pulled["comm_bytes_by_collective"].contains("all_gather"));
 }
 
 // A trainer switch in the environment: `train` on 2 ranks with `variable`=1, then =0, each run's
@@ -154,16 +170,33 @@ TEST(Train, BackgroundStartOrNotGivesTheSameRun) {
 }
 
 // With every layer's unit live at once, backward finds the units forward gathered: fewer bytes
-// all-gathered, the same run.
+// all-gathered, the same run (with all-gathers: the shard exchange's pulls are not counted).
 TEST(Train, KeepingEveryUnitLiveSavesBackwardsGathersAndChangesNoNumber) {
   ZerodHarness zerod;
   ASSERT_NO_FATAL_FAILURE(zerod.Start());
   std::vector<json> runs;
   for (const char* live : {"2", "4"}) {
-    const ProcessResult r =
-        RunProcess({ZERORUN_PATH, "-n", "2", "--endpoint", zerod.endpoint(), "--job",
-                    std::string("live") + live, "--", TRAIN_MLP_PATH, "--stage", "3", "--layers",
-                    "4", "--hidden", "64", "--steps", "3", "--max-live-units", live});
+    const ProcessResult r = RunProcess({"/usr/bin/env",
+                                        "ZEROD_GLOO_SHARD_EXCHANGE=0",
+                                        ZERORUN_PATH,
+                                        "-n",
+                                        "2",
+                                        "--endpoint",
+                                        zerod.endpoint(),
+                                        "--job",
+                                        std::string("live") + live,
+                                        "--",
+                                        TRAIN_MLP_PATH,
+                                        "--stage",
+                                        "3",
+                                        "--layers",
+                                        "4",
+                                        "--hidden",
+                                        "64",
+                                        "--steps",
+                                        "3",
+                                        "--max-live-units",
+                                        live});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     runs.push_back(TrainSummary(r.out));
   }
