@@ -75,7 +75,11 @@ def test_looking_at_a_released_parameter_is_allowed(one_rank_job):
     p = model.a.weight
     assert (p.requires_grad, p.dtype, p.device.type, p.grad, p.is_leaf) == \
         (True, torch.float32, "cpu", None, True)
-    assert isinstance(p, nn.Parameter) and p.numel() == 0  # the placeholder's
+    assert isinstance(p, nn.Parameter)
+    # Its true size, from a placeholder of one element: sharded, it allocates nothing.
+    assert p.shape == (6, 6) and p.numel() == 36 and p.storage().size() == 1
+    assert sum(q.numel() for q in model.parameters()) == 3 * (36 + 6)
+    assert "released" in repr(p) and "a.weight" in repr(p)
 
 
 @pytest.mark.parametrize("stage", [1, 3])
@@ -100,7 +104,7 @@ def test_a_penalty_inside_zt_gathered_trains_as_torch(one_rank_job, stage):
     for name, value in reference.state_dict().items():
         torch.testing.assert_close(full[name], value, rtol=2e-5, atol=1e-6)
     if stage == 3:  # the block's copies went with it
-        assert [p.storage().size() for p in model.parameters()] == [0] * 6
+        assert [p.storage().size() for p in model.parameters()] == [1] * 6
 
 
 def test_zt_gathered_of_a_submodule_gathers_only_its_units(one_rank_job):

@@ -113,8 +113,11 @@ def net():
 
 def test_state_dict_at_stage_3_says_to_gather(one_rank_job):
     model, _ = zt.shard(net(), stage=3)
-    with pytest.raises(ZerodError, match=r"zt.full_state_dict\(model\) gathers them"):
-        model.state_dict()
+    for state_dict in (model.state_dict, lambda: model.state_dict(keep_vars=True),
+                       model[0].state_dict):
+        with pytest.raises(ZerodError, match=r"model.state_dict\(\) at stage 3 would copy "
+                           r"placeholders.*zt.full_state_dict\(model\) gives the full state"):
+            state_dict()
     with pytest.raises(ZerodError, match=r"zt.load_state_dict\(model, state_dict\)"):
         model.load_state_dict(net().state_dict())
 

@@ -7,6 +7,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import zt_pattern_models
+
 IN, OUT = 7, 5  # sizes that divide by nothing, so shards are uneven and padded
 
 
@@ -159,6 +161,8 @@ MODELS = {"buffers": WithBuffers, "elementwise": Elementwise, "nested": Nested, 
           "frozen": Frozen, "batchnorm": WithBatchNorm, "reused": Reused, "outside": OutsideUse,
           "sometimes": Sometimes}
 TOKEN_MODELS = {"tied", "outside"}
+MODELS.update(zt_pattern_models.MODELS)
+TOKEN_MODELS |= zt_pattern_models.TOKEN_MODELS
 
 
 def build(name, seed):
@@ -175,6 +179,8 @@ def build_for_rank(name, seed, rank):
 def batch(name, step, size, seed=0):
     """The global batch of `step`: inputs and integer targets."""
     g = torch.Generator().manual_seed(1000 * seed + step)
+    if name in zt_pattern_models.MODELS:
+        return zt_pattern_models.batch(name, step, size, g)
     if name in TOKEN_MODELS:
         vocab = MODELS[name].VOCAB
         x = torch.randint(0, vocab, (size, 4), generator=g)
@@ -187,3 +193,8 @@ def loss_fn(name, out, y):
     if name in TOKEN_MODELS:
         return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
     return F.cross_entropy(out.float(), y)
+
+
+def l2(model):
+    """A penalty on the trainable weights (the sum of their squares)."""
+    return sum((p ** 2).sum() for p in model.parameters() if p.requires_grad)

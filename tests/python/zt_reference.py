@@ -43,6 +43,8 @@ def run(spec, world):
                 replica.zero_grad(set_to_none=True)  # grad None: not reached this step
                 loss = zt_models.loss_fn(name, replica(x[r * local:(r + 1) * local]),
                                          y[r * local:(r + 1) * local])
+                if spec.get("penalty"):
+                    loss = loss + spec["penalty"] * zt_models.l2(replica)
                 loss.backward()
                 step_loss += loss.item() / (world * accumulation)
                 for i, (g, p) in enumerate(zip(grads, trainable)):

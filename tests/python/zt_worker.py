@@ -21,6 +21,10 @@ def storage_bytes(t):
     return s.nbytes() if hasattr(s, "nbytes") else s.size() * t.element_size()
 
 
+def fail_in_backward(grad):
+    raise RuntimeError("a hook of the user's failed in backward")
+
+
 def main():
     spec = json.loads(sys.argv[1])
     out = sys.argv[2]
@@ -64,7 +68,14 @@ def main():
             x = x[rank * local:(rank + 1) * local].to(device)
             y = y[rank * local:(rank + 1) * local].to(device)
             loss = zt_models.loss_fn(name, model(x), y)
+            if spec.get("penalty"):
+                with zt.gathered(model):
+                    loss = loss + spec["penalty"] * zt_models.l2(model)
+            if spec.get("fail") == "user_hook" and step == 1:
+                loss.register_hook(fail_in_backward)
             opt.backward(loss)
+            if spec.get("fail") == "two_backwards" and step == 1:
+                zt_models.loss_fn(name, model(x), y).backward()  # raises: no step in between
             step_loss += loss.item() / accumulation
         opt.step()
         applied.append(opt.last_step_applied)

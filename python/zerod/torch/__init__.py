@@ -35,6 +35,7 @@ import os
 import torch
 
 from zerod._native import INVALID_ARGUMENT, FAILED_PRECONDITION, Session, ZerodError
+from zerod.torch import _exit
 from zerod.torch import _layout
 from zerod.torch import _arguments
 from zerod.torch import _launch
@@ -44,12 +45,14 @@ from zerod.torch._arguments import bad as _bad
 from zerod.torch._memory import DTYPES
 from zerod.torch._optimizer import ZeroOptimizer
 from zerod.torch._runtime import Runtime
+from zerod.torch._use_check import STATE_DICT_AT_STAGE_3
 
 __all__ = ["shard", "rank", "world_size", "gathered", "full_state_dict", "load_state_dict",
            "average", "memory_stats", "save", "load", "snapshot", "resume", "Checkpoint",
            "shutdown", "process_group", "ZeroOptimizer", "ZerodError"]
 
 _active = None  # the Runtime of this process's one session
+_exit.install()  # a rank that raised out of a backward still exits
 
 
 def _device_of(model, trainable, device):
@@ -102,12 +105,17 @@ def shard(model, stage=3, dtype="fp32", lr=None, betas=None, eps=None,
       the first step when gradient_accumulation_steps > 1.
     units (stage 3): which modules are gather units: a module class or class name, a set of
       them (as FSDP's transformer_auto_wrap_policy, or accelerate's class names), or a
-      callable(name, module) -> bool; by default every module that holds parameters. Parameters
-      outside any unit belong to the root's unit. A parameter used outside model(...) (a penalty
-      on the weights) is read inside `with zt.gathered(model):`.
+      callable(name, module) -> bool. By default each block is one unit (a module repeated in an
+      nn.ModuleList or nn.Sequential that holds modules with parameters: a transformer layer, a
+      ResNet block), and outside blocks every module that holds parameters. Parameters outside
+      any unit belong to the root's unit. A parameter used outside model(...) (a penalty on the
+      weights) is read inside `with zt.gathered(model):`.
     prefetch: 1 gathers the next unit while one runs (stage 3), 0 does not; the engine prefetches
-      one unit ahead, no more. max_live_units: gathered units held at once (default: the units'
-      nesting depth + prefetch + 1; at least the nesting depth and prefetch + 1).
+      one unit ahead, no more. max_live_units: gather buffers kept (default: the units' nesting
+      depth + prefetch + 1; at least the nesting depth and prefetch + 1). A budget, not a limit:
+      while more units are in use at once (a checkpointed region of several units being
+      recomputed), more buffers are taken and given back after (memory_stats() reports
+      gather_overflows and peak_gather_buffers).
     bucket_cap_mb: gradient reduction buckets (DDP's bucket_cap_mb and default, 25); at stages
       2-3 two bucket buffers of this size are allocated; gather_unit_mb: the
       largest unit formed by size when units are not labelled.
@@ -270,9 +278,7 @@ def _guard_state_dict(model, rt):
 
     def on_save(module, state_dict, prefix, local_metadata):
         if rt.stage == 3 and not rt.exporting and not rt.closed:
-            raise ZerodError(FAILED_PRECONDITION, (
-                "zerod: at stage 3 the module's parameters are sharded (each holds nothing "
-                "between forwards): zt.full_state_dict(model) gathers them (a collective)"))
+            raise ZerodError(FAILED_PRECONDITION, STATE_DICT_AT_STAGE_3)
 
     def on_load(state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
         if not rt.loading and not rt.closed:
@@ -313,15 +319,21 @@ def gathered(module):
     if rt.stage < 3 or rt.closed:
         yield module
         return
+    rt.backward.settle()
     wanted = {id(p) for p in module.parameters()}
     units = sorted({rt.tensor_units[e.index] for e in rt.trainable if id(e.param) in wanted})
-    done = rt.materialize(units)
+    done = rt.units.materialize(units)
     try:
         yield module
     except BaseException:
-        rt.unmaterialize(done, check=False)
+        rt.units.unmaterialize(done, check=False)
         raise
-    rt.unmaterialize(done)
+    changed = rt.units.unmaterialize(done)
+    if changed is not None and not rt.closed:
+        raise ZerodError(FAILED_PRECONDITION, (
+            f"zerod: parameter '{changed.name}' was changed in place inside zt.gathered(model), "
+            "which gathers for reading: the change would be lost (zerod's fp32 master copy is "
+            "the parameter): load new values with zt.load_state_dict"))
 
 
 def rank():
@@ -395,6 +407,7 @@ def load_state_dict(model, state_dict):
                 f"{rt.shapes[e.index]}"))
         values[e.index] = v.detach().to("cpu", torch.float32).contiguous()
     rt.session.init_from(0, [v.data_ptr() for v in values])
+    rt.engine_rewritten()
     rt.loading = True
     try:
         with torch.no_grad():
@@ -516,6 +529,7 @@ def load(directory, scheduler=None):
 
 
 def _restored(rt, loaded, scheduler):
+    rt.engine_rewritten()
     step, user, extra, path = loaded
     _restore_module_state(rt, extra, path, scheduler)
     return Checkpoint(step, json.loads(user) if user else {}, path)

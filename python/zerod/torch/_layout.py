@@ -92,20 +92,56 @@ def _classes_rule(units, modules):
     return lambda name, module: isinstance(module, classes) or type(module).__name__ in names
 
 
+def _blocks(modules):
+    """The model's blocks: the innermost modules repeated in a container (two or more children of
+    one class in an nn.ModuleList or nn.Sequential, such as a transformer's layers or a ResNet
+    stage's blocks) that hold modules with parameters themselves. Qualified names."""
+    def holds_parameters(name):
+        return any(n.startswith(name + ".") and len(m._parameters) > 0
+                   for n, m in modules.items())
+
+    candidates = set()
+    for name, module in modules.items():
+        if not isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
+            continue
+        classes = collections.Counter(type(child) for child in module.children())
+        for child_name, child in module.named_children():
+            qualified = f"{name}.{child_name}" if name else child_name
+            if classes[type(child)] > 1 and holds_parameters(qualified):
+                candidates.add(qualified)
+    return {c for c in candidates if not any(o.startswith(c + ".") for o in candidates)}
+
+
+def _inside(name, enclosing):
+    return any(name.startswith(b + ".") for b in enclosing)
+
+
 def _unit_rule(units, modules):
-    """units: None (every module holding parameters; but a module whose forward uses its
-    children's parameters directly keeps them: nn.MultiheadAttention reads out_proj.weight
-    without calling out_proj), module classes or class names (_classes_rule), or a
+    """units: None (_default_rule), module classes or class names (_classes_rule), or a
     callable(name, module) -> bool. `modules`: the model's modules by qualified name."""
     if units is None:
-        def default(name, module):
-            if isinstance(module, torch.nn.MultiheadAttention):
-                return True
-            return len(module._parameters) > 0 and not _inside_attention(name, modules)
-        return default
+        return _default_rule(modules)
     if callable(units) and not isinstance(units, type):
         return units
     return _classes_rule(units, modules)
+
+
+def _default_rule(modules):
+    """Each block (_blocks) is one unit, as FSDP users wrap each transformer layer: a block's
+    forward (or its checkpoint's recomputation) gathers once. Outside blocks, every module that
+    holds parameters is a unit; but a module whose forward uses its children's parameters directly
+    keeps them: nn.MultiheadAttention reads out_proj.weight without calling out_proj."""
+    blocks = _blocks(modules)
+
+    def default(name, module):
+        if name in blocks:
+            return True
+        if _inside(name, blocks):
+            return False
+        if isinstance(module, torch.nn.MultiheadAttention):
+            return True
+        return len(module._parameters) > 0 and not _inside_attention(name, modules)
+    return default
 
 
 def collect(model, units=None):

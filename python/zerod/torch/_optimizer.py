@@ -191,7 +191,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         """loss.backward() with the loss multiplied by the loss scale (needed with fp16)."""
         rt = self._runtime
         if rt.loss_scaling:
-            rt.scaled_backward = True
+            rt.backward.scaled = True
             loss = loss * rt.session.loss_scale()
         loss.backward()
 
@@ -266,6 +266,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
             values = shard[name].to(torch.float32).contiguous()
             rt.session.write_state(_WHICH[name], values.data_ptr(), values.numel())
         rt.session.finish_restore(shard["counters"])
+        rt.engine_rewritten()
         for group, saved in zip(self.param_groups, groups):
             group.update({k: v for k, v in saved.items() if k != "params"})
 

@@ -3,33 +3,23 @@ engine from torch's forward and backward.
 
 - Stages 0-2: every trainable parameter is a view of the engine's parameter buffer (fp32, or the
   bf16/fp16 copy Adam writes); nothing moves in forward.
-- Stage 3: a unit's parameters are views of a gather buffer from the unit's forward pre-hook to
-  its forward hook, and again from the first gradient of its outputs until every one of its
-  parameters has its gradient; otherwise each holds an empty placeholder (no memory). Saved
-  activations that are views of a gathered parameter are packed as (parameter, geometry) and
-  rebuilt from the parameter when backward needs them, since the gather buffer they pointed to may
-  hold another unit by then (gathering again if it must). A released parameter used by any torch
-  call is an error naming it (_use_check.py). `zt.gathered(model)` gives the parameters of the
-  units it covers a private copy for a block (`materialize`), so that code outside model(...) can
-  read them; the parameter itself, if saved for backward, is packed by reference like a gathered
-  view, so the copy goes when the block ends.
-- Gradients: a hook on each parameter's AccumulateGrad node fires once per backward, after every
-  use has contributed; the gradient goes to the engine as fp32 (whole segments at stages 2-3, so
-  a bucket fills at a time) and p.grad is cleared. At the end of backward, parameters that got
-  no gradient are given to the engine as having none (zeros in the reduction, so every rank
-  reduces the same tensors in the same order; a tensor no rank gave one is not stepped).
+- Stage 3: a unit's parameters are views of a gather buffer while something needs them, and a
+  placeholder of their shape otherwise (_units.py). A released parameter used by any torch call
+  is an error naming it (_use_check.py). `zt.gathered(model)` gives the parameters of the units it
+  covers a private copy for a block (`Units.materialize`).
+- Backward: _backward.py hands the gradients to the engine, in an order every rank shares.
 """
 
 import collections
 import warnings
 
 import torch
-from torch.autograd.graph import saved_tensors_hooks
 
 from zerod._native import ZerodError, FAILED_PRECONDITION
-from zerod.torch._memory import DTYPES, storage_key, tensor_at
-
-from zerod.torch._use_check import sharded_parameter_class, tensors_in
+from zerod.torch._backward import Backward
+from zerod.torch._memory import DTYPES, tensor_at
+from zerod.torch._units import Units
+from zerod.torch._use_check import sharded_parameter_class
 
 
 def _cast_floats(value, dtype):
@@ -42,18 +32,6 @@ def _cast_floats(value, dtype):
     if isinstance(value, dict):
         return {k: _cast_floats(v, dtype) for k, v in value.items()}
     return value
-
-
-class _SavedParameter:
-    """A saved activation that is a view of a gathered parameter, by reference."""
-
-    __slots__ = ("entry", "size", "stride", "offset")
-
-    def __init__(self, entry, t):
-        self.entry = entry
-        self.size = t.size()
-        self.stride = t.stride()
-        self.offset = t.storage_offset()
 
 
 class Runtime:
@@ -83,20 +61,15 @@ class Runtime:
         self.unit_entries = collections.defaultdict(list)
         for e in trainable:
             self.unit_entries[self.tensor_units[e.index]].append(e)
-        self.placeholder = torch.empty(0, dtype=self.dtype, device=self.device)
-        self.held = set()  # stage 3: units gathered for torch
-        self.materialized = set()  # stage 3: units whose parameters zt.gathered copied out
-        self.live = {}  # stage 3: storage address -> entry, for gathered parameters
-        self.saved_hooks = []  # saved-tensor hooks entered by units running now
+        base = torch.zeros((), dtype=self.dtype, device=self.device)
+        # What a parameter holds where it has no values: its shape, one shared element.
+        self.placeholders = [base.expand(shape) for shape in self.shapes]
         self.forward_depth = 0  # > 0 while model(...) runs
-        self.gathered_hooks = []  # saved-tensor hooks entered by zt.gathered blocks open now
         self.versions = [0] * len(trainable)  # p._version when zerod last set the parameter
         self.owner = None  # keeps the session's memory alive while a view of it exists
         self.optimizer = None  # the ZeroOptimizer zt.shard returned
-        self.micro_steps = 0
-        self.scaled_backward = False  # the running backward's loss was multiplied by the scale
-        self.keepalive = []  # fp32 gradients the device may still read (GPU)
-        self._reset_backward()
+        self.units = None  # stage 3: Units, once bound
+        self.backward = Backward(self)
         self._accumulators = []  # AccumulateGrad nodes: the hooks live as long as they do
         self._hook_handles = []
 
@@ -110,6 +83,8 @@ class Runtime:
             self.internal -= 1
 
     def _bind(self):
+        if self.stage == 3:
+            self.units = Units(self)
         for e in self.trainable:
             e.param.grad = None
             # The AccumulateGrad node records the parameter's shape and dtype when it is made,
@@ -117,26 +92,26 @@ class Runtime:
             # engine's dtype (an expanded scalar: no memory), then the node is made and kept
             # alive with its hook, then the data becomes the engine's (or a placeholder).
             if e.param.dtype != self.dtype:
-                e.param.data = torch.zeros(1, dtype=self.dtype, device=self.device).expand(
-                    self.shapes[e.index])
+                e.param.data = self.placeholder(e)
             acc = e.param.expand_as(e.param).grad_fn.next_functions[0][0]
-            acc.register_hook(self._grad_hook(e))
+            acc.register_hook(self.backward.grad_hook(e))
             self._accumulators.append(acc)
             if self.stage < 3:
                 self._point(e, self.session.param(e.index))
             else:
-                e.param.data = self.placeholder
+                e.param.data = self.placeholder(e)
                 self.versions[e.index] = e.param._version
         if self.stage == 3:
             for unit, entries in self.unit_entries.items():
                 name = entries[0].unit
                 module = self.model.get_submodule(name) if name else self.model
-                pre = module.register_forward_pre_hook(self._pre_forward(unit))
+                pre = module.register_forward_pre_hook(self.units.pre_forward(unit))
                 # First of the module's pre-hooks: weight_norm's and spectral_norm's compute the
                 # weight from parameters that must be gathered already.
                 module._forward_pre_hooks.move_to_end(pre.id, last=False)
                 self._hook_handles.append(pre)
-                self._hook_handles.append(module.register_forward_hook(self._post_forward(unit)))
+                self._hook_handles.append(module.register_forward_hook(
+                    self.units.post_forward(unit, self.backward)))
             checked = sharded_parameter_class(self)
             for e in self.trainable:
                 e.param.__class__ = checked
@@ -147,6 +122,9 @@ class Runtime:
             return runtime.forward(original, args, kwargs)
 
         self.model.forward = forward
+
+    def placeholder(self, e):
+        return self.placeholders[e.index]
 
     def _point(self, e, address):
         view = tensor_at(address, self.numels[e.index], self.dtype_name, self.device, self.owner)
@@ -162,17 +140,31 @@ class Runtime:
         self.internal += 1  # stage 3's parameters keep their class: a later use names the cause
         for handle in self._hook_handles:
             handle.remove()
-        while self.saved_hooks:
-            self.saved_hooks.pop().__exit__(None, None, None)
         self.owner = None
         with torch.no_grad():
             for e in self.trainable:
                 if self.stage < 3 and keep_parameters:
                     e.param.data = e.param.data.clone()
                 else:
-                    e.param.data = self.placeholder
-        self.materialized.clear()
+                    e.param.data = self.placeholder(e)
+        if self.units is not None:
+            self.units.held.clear()
+            self.units.materialized.clear()
         self.internal -= 1
+
+    def engine_rewritten(self):
+        """The engine's parameters were set (zt.load_state_dict, zt.load): it dropped every
+        gathered unit, and below stage 3 the views stay where they were."""
+        if self.units is not None:
+            self.units.forget()
+
+    def has_values(self, e):
+        """Whether a stage-3 parameter holds its values now."""
+        return self.units is None or self.units.has_values(e)
+
+    @property
+    def units_running(self):
+        return self.units is not None and self.units.running > 0
 
     # ---- forward -------------------------------------------------------------------------------
 
@@ -183,12 +175,16 @@ class Runtime:
                     "zerod: the module was sharded at stage 3 and its job was left (zt.shutdown): "
                     "its parameters lived in zerod; take zt.full_state_dict(model) before leaving"))
             return original(*args, **kwargs)
+        self.backward.settle()
         self.check_parameters()
         if self.cast_inputs:
             args, kwargs = _cast_floats(args, self.dtype), _cast_floats(kwargs, self.dtype)
         self.forward_depth += 1
         try:
-            return original(*args, **kwargs)
+            if self.units is None:
+                return original(*args, **kwargs)
+            with self.units.saved_tensors_hooks():
+                return original(*args, **kwargs)
         finally:
             self.forward_depth -= 1
 
@@ -209,281 +205,46 @@ class Runtime:
             count += 1
         return count
 
-    def _pre_forward(self, unit):
-        def hook(module, inputs):
-            self.gather(unit)
-            # While a unit runs, activations saved as views of its parameters are kept by
-            # reference (whoever calls the unit: the root's forward, a container's user, a
-            # checkpoint's recompute in backward, on any thread).
-            hooks = saved_tensors_hooks(self._pack, self._unpack)
-            hooks.__enter__()
-            self.saved_hooks.append(hooks)
-        return hook
-
-    def _post_forward(self, unit):
-        def hook(module, inputs, output):
-            if self.saved_hooks:
-                self.saved_hooks.pop().__exit__(None, None, None)
-            if torch.is_grad_enabled():
-                for t in tensors_in(output):
-                    if t.requires_grad:
-                        t.register_hook(self._pre_backward(unit))
-            if not self.in_backward:  # a checkpoint's recompute: backward releases it
-                self.release(unit)
-        return hook
-
-    def _pre_backward(self, unit):
-        def hook(grad):
-            self._start_backward(counts=False)
-            if self.units_left[unit] > 0:
-                self.gather(unit)
-        return hook
-
-    def has_values(self, e):
-        """Whether a stage-3 parameter holds its values now (gathered, or copied by
-        zt.gathered)."""
-        unit = self.tensor_units[e.index]
-        return unit in self.held or unit in self.materialized
-
-    def gather(self, unit):
-        if unit in self.held or unit in self.materialized:
-            return
-        self.internal += 1
-        try:
-            for e in self.unit_entries[unit]:
-                self._check_unchanged(e, "while its unit was released")
-            self.session.gather(unit)
-            for e in self.unit_entries[unit]:
-                view = self._point(e, self.session.param(e.index))
-                self.live[storage_key(view)] = e
-            self.held.add(unit)
-        finally:
-            self.internal -= 1
-
-    def release(self, unit):
-        if unit not in self.held:
-            return
-        self.internal += 1
-        try:
-            if self.device.type == "cuda":
-                # Kernels torch queued may still read the unit: its buffer must outlive them.
-                torch.cuda.current_stream(self.device).synchronize()
-            for e in self.unit_entries[unit]:
-                self._check_unchanged(e, "while its unit was gathered")
-            self.session.release(unit)
-            for e in self.unit_entries[unit]:
-                self.live.pop(storage_key(e.param), None)
-                e.param.data = self.placeholder
-                self.versions[e.index] = e.param._version
-            self.held.discard(unit)
-        finally:
-            self.internal -= 1
-
-    def release_all(self):
-        for unit in list(self.held):
-            self.release(unit)
-
-    def _pack(self, t):
-        if not (self.live or self.materialized):
-            return t
-        self.internal += 1
-        try:
-            if t.layout != torch.strided:
-                return t
-            e = self.live.get(storage_key(t))
-            if e is None and self.materialized:
-                # A parameter holding zt.gathered's copy: the copy goes at the block's end.
-                e = self.by_id.get(id(t))
-            return t if e is None else _SavedParameter(e, t)
-        finally:
-            self.internal -= 1
-
-    def _unpack(self, saved):
-        if not isinstance(saved, _SavedParameter):
-            return saved
-        unit = self.tensor_units[saved.entry.index]
-        self.gather(unit)  # normally gathered by the unit's backward hook already
-        self.internal += 1
-        try:
-            return saved.entry.param.data.as_strided(saved.size, saved.stride, saved.offset)
-        finally:
-            self.internal -= 1
-
-    # ---- zt.gathered ---------------------------------------------------------------------------
-
-    def materialize(self, units):
-        """Gives the parameters of `units` a private copy of their values, one unit through the
-        gather buffers at a time, until `unmaterialize`. Units a running forward holds keep their
-        gathered views."""
-        hooks = saved_tensors_hooks(self._pack, self._unpack)
-        hooks.__enter__()
-        self.gathered_hooks.append(hooks)
-        done = []
-        self.internal += 1
-        try:
-            for unit in units:
-                if unit in self.held or unit in self.materialized:
-                    continue
-                self.gather(unit)
-                for e in self.unit_entries[unit]:
-                    view = e.param.data
-                    self.live.pop(storage_key(view), None)
-                    e.param.data = view.clone()
-                    self.versions[e.index] = e.param._version
-                if self.device.type == "cuda":
-                    # The copies are queued on torch's stream: the buffer must outlive them.
-                    torch.cuda.current_stream(self.device).synchronize()
-                self.session.release(unit)
-                self.held.discard(unit)
-                self.materialized.add(unit)
-                done.append(unit)
-        except BaseException:
-            self.unmaterialize(done, check=False)
-            raise
-        finally:
-            self.internal -= 1
-        return done
-
-    def unmaterialize(self, units, check=True):
-        """The end of a zt.gathered block: its copies go (views of them that the program kept stay
-        valid: they hold the copy). A change made to a copy in place would be lost: an error."""
-        self.gathered_hooks.pop().__exit__(None, None, None)
-        self.internal += 1
-        try:
-            changed = None
-            for unit in units:
-                self.materialized.discard(unit)
-                for e in self.unit_entries[unit]:
-                    if changed is None and e.param._version != self.versions[e.index]:
-                        changed = e
-                    e.param.data = self.placeholder
-                    self.versions[e.index] = e.param._version
-        finally:
-            self.internal -= 1
-        if check and changed is not None and not self.closed:
-            raise ZerodError(FAILED_PRECONDITION, (
-                f"zerod: parameter '{changed.name}' was changed in place inside zt.gathered"
-                "(model), which gathers for reading: the change would be lost (zerod's fp32 "
-                "master copy is the parameter): load new values with zt.load_state_dict"))
-
-    # ---- backward ------------------------------------------------------------------------------
-
-    def _reset_backward(self):
-        self.in_backward = False
-        self.counted = False  # a parameter gradient arrived in this backward
-        self.grad_seen = [False] * len(self.trainable)
-        self.pending = collections.defaultdict(list)
-        self.units_left = {u: len(es) for u, es in self.unit_entries.items()}
-
-    def _start_backward(self, counts):
-        """The first hook of a backward queues the end-of-backward callback. A micro-step starts
-        with the first parameter gradient (`counts`), not with an output's gradient alone, which
-        torch.autograd.grad(outputs, inputs) also produces."""
-        if not self.in_backward:
-            self.in_backward = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
-        if not counts or self.counted:
-            return
-        self.counted = True
-        if self.micro_steps >= self.accumulation:
-            raise ZerodError(FAILED_PRECONDITION, (
-                f"zerod: backward number {self.micro_steps + 1} before opt.step(), with "
-                f"gradient_accumulation_steps={self.accumulation}: call opt.step() after "
-                f"{self.accumulation} backward pass(es)"))
-
-    def _grad_hook(self, e):
-        def hook(*unused):
-            if self.closed:
-                return  # after zt.shutdown the module trains as plain torch would
-            grad = e.param.grad
-            e.param.grad = None
-            if grad is not None:
-                self._start_backward(counts=True)
-                self._deliver(e, grad)
-        return hook
-
-    def _deliver(self, e, grad):
-        if self.grad_seen[e.index]:
-            raise ZerodError(FAILED_PRECONDITION,
-                             f"zerod: gradient of '{e.name}' given twice in one backward")
-        self.grad_seen[e.index] = True
-        g = None  # no gradient: the engine counts zeros, and the tensor as unused by this rank
-        if grad is not None:
-            g = grad.detach().to(dtype=torch.float32, memory_format=torch.contiguous_format)
-            if self.loss_scaling and not self.scaled_backward:
-                g = g * self.session.loss_scale()  # the engine unscales what it is given
-            if self.device.type == "cuda":
-                torch.cuda.current_stream(self.device).synchronize()
-        segment = self.tensor_units[e.index]
-        if self.stage < 2:
-            self._accumulate(e.index, g)
-        else:
-            waiting = self.pending[segment]
-            waiting.append((e.index, g))
-            if len(waiting) == self.segment_size[segment]:
-                for index, gradient in waiting:
-                    self._accumulate(index, gradient)
-                del self.pending[segment]
-        if self.stage == 3:
-            self.units_left[segment] -= 1
-            if self.units_left[segment] == 0:
-                self.release(segment)
-
-    def _accumulate(self, index, g):
-        self.session.accumulate_grad(index, None if g is None else g.data_ptr())
-        if self.device.type == "cuda" and g is not None:
-            self.keepalive.append(g)  # the engine's stream may still read it
-
-    def _end_backward(self):
-        if not self.counted:  # no parameter gradient (torch.autograd.grad): no micro-step
-            self.release_all()
-            self._reset_backward()
-            return
-        # Parameters the graph did not reach have no gradient: every rank gives every tensor.
-        for e in self.trainable:
-            if not self.grad_seen[e.index]:
-                self._deliver(e, None)
-        self.release_all()
-        if self.keepalive:
-            self.session.synchronize()
-            self.keepalive.clear()
-        self.micro_steps += 1
-        self.scaled_backward = False
-        self._reset_backward()
-
     # ---- step ----------------------------------------------------------------------------------
 
     def step(self, configs, tensor_group):
         """One optimizer step: `configs` and `tensor_group` as Session.step_groups takes them."""
-        if self.in_backward:
+        self.backward.settle()
+        if self.backward.running:
             raise ZerodError(FAILED_PRECONDITION, "zerod: opt.step() during backward")
-        if self.materialized:
+        if self.units is not None and self.units.materialized:
             raise ZerodError(FAILED_PRECONDITION, (
                 "zerod: opt.step() inside zt.gathered(model): the block holds copies of the "
                 "parameters that the step would leave stale; step after the block"))
-        if self.micro_steps not in (0, self.accumulation):
+        micro_steps = self.backward.micro_steps
+        if micro_steps not in (0, self.accumulation):
             raise ZerodError(FAILED_PRECONDITION, (
-                f"zerod: opt.step() after {self.micro_steps} backward pass(es); expected "
+                f"zerod: opt.step() after {micro_steps} backward pass(es); expected "
                 f"{self.accumulation} (gradient_accumulation_steps)"))
         self.warn_accumulation()
-        self.release_all()
+        if self.units is not None:
+            self.units.release_all()
+            self.units.drain()
         for e in self.trainable:
-            self._check_unchanged(e, "since the last step")
+            self.check_unchanged(e, "since the last step")
         result = self.session.step_groups(configs, tensor_group)
-        self.micro_steps = 0
+        if self.units is not None:
+            self.units.forget()
+        self.backward.micro_steps = 0
         return result
 
     def zero_grad(self, set_to_none):
         """torch's optimizer.zero_grad: discards the gradients of the backward passes since the
         last step (the engine holds them), and with set_to_none forgets which parameters had
         one, as torch's grads set to None are."""
-        if self.in_backward:
+        self.backward.settle()
+        if self.backward.running:
             raise ZerodError(FAILED_PRECONDITION, "zerod: opt.zero_grad() during backward")
         if self.closed:
             return
         self.session.zero_grad(set_to_none)
-        self.micro_steps = 0
-        self.scaled_backward = False
+        self.backward.micro_steps = 0
+        self.backward.scaled = False
         for e in self.trainable:
             e.param.grad = None  # gradients live in zerod's buffers; torch holds none
 
@@ -496,7 +257,7 @@ class Runtime:
         warnings.warn(self.accumulation_warning, stacklevel=4)
         self.accumulation_warning = None
 
-    def _check_unchanged(self, e, when):
+    def check_unchanged(self, e, when):
         """An in-place change to a parameter (p.clamp_(), p.copy_()) that zerod would silently
         lose: at stage 3 it touches a gathered copy or a placeholder, with bf16/fp16 it touches
         the 16-bit copy and Adam's fp32 master overwrites it. (In fp32 below stage 3 the

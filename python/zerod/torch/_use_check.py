@@ -9,6 +9,7 @@ forward; the class sees every call, wherever it is made.)"""
 import torch
 
 from zerod._native import ZerodError, FAILED_PRECONDITION, INVALID_ARGUMENT
+from zerod.torch._frames import called_under
 from zerod.torch._layout import unit_label
 
 # Calls that look at a tensor without reading its values: allowed on a released parameter.
@@ -38,6 +39,13 @@ def sharded_parameter_class(runtime):
             with _plain_results():  # results are plain tensors, as nn.Parameter's are
                 return func(*args, **kwargs)
 
+        def __repr__(self):
+            e = runtime.by_id.get(id(self))
+            if e is None or runtime.has_values(e):
+                return super().__repr__()
+            return (f"Parameter '{e.name}' of shape {tuple(self.shape)} ({self.dtype}), released: "
+                    f"at stage 3 it holds values only while its unit '{unit_label(e.unit)}' runs")
+
     return ShardedParameter
 
 
@@ -62,7 +70,9 @@ def _released(rt, e, used_by):
         return ZerodError(FAILED_PRECONDITION, (
             f"zerod: parameter '{e.name}' is used (by {used_by}) after zt.shutdown: at stage 3 "
             "its values lived in zerod; take zt.full_state_dict(model) before leaving"))
-    if rt.forward_depth or rt.saved_hooks:  # the use is in the forward (or a unit's recompute)
+    if _in_state_dict():
+        return ZerodError(FAILED_PRECONDITION, STATE_DICT_AT_STAGE_3)
+    if rt.forward_depth or rt.units_running:  # the use is in the forward (or a recompute)
         return ZerodError(INVALID_ARGUMENT, (
             f"zerod: parameter '{e.name}' is used (by {used_by}) outside the forward of its "
             f"gather unit '{unit}'; at stage 3 a unit's parameters exist only during its "
@@ -75,6 +85,17 @@ def _released(rt, e, used_by):
         "weights, a norm to log) inside `with zt.gathered(model):`, which gathers them for the "
         "block (gradients flow as usual); zt.full_state_dict(model) gathers them all into a "
         "copy"))
+
+
+_STATE_DICT = torch.nn.Module.state_dict.__code__
+STATE_DICT_AT_STAGE_3 = (
+    "zerod: model.state_dict() at stage 3 would copy placeholders: each parameter holds its "
+    "values only while its unit runs. zt.full_state_dict(model) gives the full state (a "
+    "collective: every rank calls it); zt.save(dir) writes a sharded checkpoint")
+
+
+def _in_state_dict():
+    return called_under(_STATE_DICT, skip=2)
 
 
 def tensors_in(value):
