@@ -13,7 +13,9 @@
 //               every rank has said so (nobody reads what it is about to overwrite);
 //   EndWrite:   this rank publishes its new shard (its phase count).
 // A pull of rank r's slices first waits until r has published the phase this rank is at. So a
-// gather sees every shard as of the same step, and a write never overlaps a read.
+// gather sees every shard as of the same step, and a write never overlaps a read. These waits are
+// invisible to the collective-order check: the engine runs a barrier on its communicator before
+// BeginWrite, so a rank that is elsewhere is named there, and BeginWrite only confirms.
 //
 // Layout: each rank's object (mode 0600, named /zerod-shard-<pid>-<random>, unlinked once every
 // rank has answered whether it mapped it) is a page of counters, then the shard. Who uses it:

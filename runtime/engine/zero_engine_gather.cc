@@ -11,6 +11,11 @@ namespace zerod::engine {
 
 absl::Status ZeroEngine::BeginShardWrite() {
   if (exchange_ == nullptr) return absl::OkStatus();
+  // Every rank has stopped reading the shards once every rank is here: a barrier on the main
+  // communicator says so as a collective, so a rank that is elsewhere (in a collective the others
+  // do not call) is named by the order check at once rather than waited for.
+  log_.Record("barrier", 0, DType::kFloat32);
+  ZEROD_RETURN_IF_ERROR(Wait(comm_->Barrier(), WaitFor::kOther));
   return exchange_->BeginWrite(options_.collective_timeout);
 }
 

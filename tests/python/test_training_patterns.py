@@ -8,6 +8,7 @@ backward counted as a second one) or at stages 2-3 (the ranks' reduce-scatters d
 rank that raises in backward exits, at every stage, so that zerorun returns."""
 
 import json
+import time
 
 import pytest
 
@@ -63,3 +64,17 @@ def test_a_rank_that_raises_in_backward_exits(run_job, tmp_path, stage, fail, me
                            timeout=120)
     assert code != 0
     assert message in output
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_a_collective_some_ranks_skip_is_named_within_seconds(run_job, tmp_path, stage):
+    # The last rank calls zt.average once more than the others: at every stage the next
+    # collective the ranks disagree on is named at once, long before the 120 s collective timeout
+    # (stage 3 used to wait for it, its gathers on a communicator of their own).
+    spec = {"model": "nested", "stage": stage, "steps": 3, "fail": "extra_collective"}
+    start = time.monotonic()
+    code, output = run_job(2, [WORKER, json.dumps(spec), str(tmp_path)], expect_ok=False,
+                           timeout=100)
+    assert code != 0
+    assert "collective mismatch" in output or "collective order diverged" in output, output
+    assert time.monotonic() - start < 60

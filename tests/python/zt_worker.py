@@ -76,6 +76,8 @@ def main():
             opt.backward(loss)
             if spec.get("fail") == "two_backwards" and step == 1:
                 zt_models.loss_fn(name, model(x), y).backward()  # raises: no step in between
+            if spec.get("fail") == "extra_collective" and step == 1 and rank == world - 1:
+                zt.average(0.0)  # a collective the other ranks do not call
             step_loss += loss.item() / accumulation
         opt.step()
         applied.append(opt.last_step_applied)
