@@ -2,7 +2,9 @@
 zerod.torch at ZeRO stages 0-3 beside its peers measured in the same run: torch DDP (gloo) with
 torch.optim.AdamW, and torch DDP with ZeroRedundancyOptimizer(AdamW) (torch's ZeRO stage 1).
 Every configuration is its own 2-process job on the same model, initial values, data, global
-batch, fp32 and AdamW hyper-parameters.
+batch, fp32 and AdamW hyper-parameters. Two more zerod rows checkpoint every block's activations
+(torch.utils.checkpoint, non-reentrant) at stages 0 and 3 with zt.shard's default options, and
+the last table gives every zerod row's peak RSS per rank against stage 0's.
 
 The reference for time is also measured in the run: one process alone doing a rank's share (its
 half of the global batch, torch.optim.AdamW) with no communication ("1 process"); the distributed
@@ -60,7 +62,12 @@ CONFIGS = [
     ("zerod stage 1", "zerod", 1),
     ("zerod stage 2", "zerod", 2),
     ("zerod stage 3", "zerod", 3),
+    # Activation checkpointing of every block (torch.utils.checkpoint, non-reentrant), zt.shard's
+    # default options otherwise: the memory stage 3 saves where activations are recomputed.
+    ("zerod s0 ckpt", "zerod", 0),
+    ("zerod s3 ckpt", "zerod", 3),
 ]
+CHECKPOINTED = {"zerod s0 ckpt", "zerod s3 ckpt"}
 DEFAULT = dict(width=528, layers=5, heads=8, context=64, batch=2, steps=8, warmup=3)
 SMALL = dict(width=128, layers=2, heads=4, context=32, batch=4, steps=5, warmup=2)
 LR, BETAS, EPS, WEIGHT_DECAY = 3e-4, (0.9, 0.999), 1e-8, 0.01
@@ -112,18 +119,19 @@ def worker(args):
     import torch
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(ROOT / "examples" / "torch"))
-    from gpt_model import GPT, Block, CharData, loss_fn
+    from gpt_model import GPT, CharData, loss_fn
 
     data = CharData(GPL)
     torch.manual_seed(0)  # the same initial values on every rank and in every configuration
-    model = GPT(data.vocab, args.context, args.width, args.layers, args.heads)
+    model = GPT(data.vocab, args.context, args.width, args.layers, args.heads,
+                checkpoint="non-reentrant" if args.checkpoint_activations else None)
     psi = sum(p.numel() for p in model.parameters())
     baseline_kib = rss_kib()
     result = {"params": psi, "baseline_rss_kib": baseline_kib}
 
     if args.worker == "zerod":
         import zerod.torch as zt
-        extra = {"units": {Block}} if args.stage == 3 else {}
+        extra = {}  # stage 3: zt.shard's default units, one per Block
         if args.zerod_bucket_mb is not None:
             extra["bucket_cap_mb"] = args.zerod_bucket_mb
         model, opt = zt.shard(model, stage=args.stage, dtype="fp32", lr=LR, betas=BETAS, eps=EPS,
@@ -135,7 +143,13 @@ def worker(args):
         result["planned_bytes"] = model._zerod_runtime.info["planned_bytes"]
 
         def sent():
-            return dict(zt.memory_stats()["bytes_sent"])
+            # Stage 3 on one host pulls the peers' shards from shared memory instead of
+            # all-gathering them: the bytes it copies count as moved.
+            stats = zt.memory_stats()
+            moved = dict(stats["bytes_sent"])
+            if stats["bytes_pulled"]:
+                moved["pulled (shm)"] = stats["bytes_pulled"]
+            return moved
     elif args.worker == "local":
         rank, world = 0, args.world  # rank 0's rows of each global batch, alone
         net = model
@@ -209,6 +223,8 @@ def worker(args):
         stats = zt.memory_stats()
         result["model_state_bytes"] = stats["model_state_bytes"]
         result["allocated_bytes"] = stats["allocated_bytes"]
+        result["peak_gather_buffers"] = stats["peak_gather_buffers"]
+        result["gather_overflows"] = stats["gather_overflows"]
         result["memory"] = stats.get("memory", {})
         result["sent"] = {k: v - sent_before.get(k, 0) for k, v in sent_after.items()}
         result["sent_per_step"] = sum(result["sent"].values()) / args.steps
@@ -268,11 +284,13 @@ def model_args(args):
     return out
 
 
-def run_config(args, index, kind, stage, work):
+def run_config(args, index, name, kind, stage, work):
     out = os.path.join(work, f"config{index}")
     os.makedirs(out)
     me = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--out", out,
           "--stage", str(stage)] + model_args(args)
+    if name in CHECKPOINTED:
+        me.append("--checkpoint-activations")
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(args.threads)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "python"),
@@ -363,7 +381,7 @@ def orchestrate(args):
         if wanted and str(index) not in wanted and name not in wanted:
             continue
         print(f"\n== {name} ==", flush=True)
-        res = run_config(args, index, kind, stage, work)
+        res = run_config(args, index, name, kind, stage, work)
         if res is None:
             rows.append((name, kind, stage, None))
             continue
@@ -385,6 +403,9 @@ def orchestrate(args):
             if kind == "zerod":
                 extra = (f"; engine allocated {r['allocated_bytes'] / MIB:.1f} MiB, plan's model "
                          f"state {r['planned_model_state_bytes'] / MIB:.1f} MiB")
+                if stage == 3:
+                    extra += (f"; at most {r['peak_gather_buffers']} gather buffers held, "
+                              f"{r['gather_overflows']} gathers beyond max_live_units")
             elif kind == "torch-zero":
                 extra = (f"; its AdamW owns {r['optimizer_params']:,} of {psi:,} parameters "
                          f"({100 * r['optimizer_params'] / psi:.1f}%)")
@@ -453,13 +474,15 @@ def orchestrate(args):
     for a, b in (("torch DDP+AdamW", "1 process"), ("zerod stage 0", "1 process"),
                  ("zerod stage 1", "torch DDP+ZeRO-1"), ("zerod stage 0", "torch DDP+AdamW"),
                  ("zerod stage 1", "zerod stage 0"), ("zerod stage 2", "zerod stage 0"),
-                 ("zerod stage 3", "zerod stage 0"), ("torch DDP+ZeRO-1", "torch DDP+AdamW")):
+                 ("zerod stage 3", "zerod stage 0"), ("zerod s3 ckpt", "zerod s0 ckpt"),
+                 ("torch DDP+ZeRO-1", "torch DDP+AdamW")):
         print(f"  {a + ' / ' + b:<36} {ratio(a, b):>7} {ratio(a, b, 'opt'):>7} "
               f"{ratio(a, b, 'state'):>7}")
     print("saved per rank against the unsharded peer (paper: 16*Psi minus the row's paper "
           "figure; peak RSS is the larger rank's):")
     for a, b in (("torch DDP+ZeRO-1", "torch DDP+AdamW"), ("zerod stage 1", "zerod stage 0"),
-                 ("zerod stage 2", "zerod stage 0"), ("zerod stage 3", "zerod stage 0")):
+                 ("zerod stage 2", "zerod stage 0"), ("zerod stage 3", "zerod stage 0"),
+                 ("zerod s3 ckpt", "zerod s0 ckpt")):
         if a not in summary or b not in summary:
             continue
         x, y = summary[a], summary[b]
@@ -468,6 +491,21 @@ def orchestrate(args):
                 f" (paper {expect / MIB:.1f}), peak RSS {(y['rss'] - x['rss']) / MIB:7.1f} MiB")
         if x["alloc"] and y["alloc"]:
             line += f", engine allocated {(y['alloc'] - x['alloc']) / MIB:7.1f} MiB"
+        print(line)
+    print("peak RSS per rank (MiB, rank 0/rank 1) against zerod stage 0 with the same "
+          "activations (checkpointed rows against zerod s0 ckpt):")
+    by_name = {name: res for name, _, _, res in rows}
+    for name, kind, stage, res in rows:
+        if kind != "zerod" or res is None:
+            continue
+        base_name = "zerod s0 ckpt" if name in CHECKPOINTED else "zerod stage 0"
+        base = by_name.get(base_name)
+        peaks = [r["peak_rss_kib"] / 1024 for r in res["ranks"]]
+        line = f"  {name:<17} {'/'.join(f'{p:.0f}' for p in peaks):>11}"
+        if base is not None:
+            ratios = [r["peak_rss_kib"] / b["peak_rss_kib"]
+                      for r, b in zip(res["ranks"], base["ranks"])]
+            line += f"  x{'/'.join(f'{q:.3f}' for q in ratios)} of {base_name}"
         print(line)
     return 0 if all(res is not None for *_, res in rows) else 1
 
@@ -484,7 +522,9 @@ def main():
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--endpoint", default=os.environ.get("ZEROD_ENDPOINT"))
     p.add_argument("--zerorun", default=str(ROOT / "build" / "bin" / "zerorun"))
-    p.add_argument("--configs", help="comma-separated indices 0-6 or names (default: all)")
+    p.add_argument("--configs", help="comma-separated indices 0-8 or names (default: all)")
+    p.add_argument("--checkpoint-activations", action="store_true",
+                   help="worker: checkpoint every block's activations (set per configuration)")
     p.add_argument("--job-timeout", type=float, default=900)
     # worker mode
     p.add_argument("--worker", choices=("local", "torch-ddp", "torch-zero", "zerod"))

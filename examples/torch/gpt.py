@@ -45,8 +45,14 @@ def parse_args():
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
-    p.add_argument("--units", default="block", choices=["block", "module"],
-                   help="stage-3 gather units: each transformer block, or every module")
+    p.add_argument("--units", default="default", choices=["default", "block", "module"],
+                   help="stage-3 gather units: zt.shard's default (each repeated block, and "
+                        "every module with parameters outside blocks), Block (the parameters "
+                        "outside blocks in the root's unit), or every module with parameters")
+    p.add_argument("--checkpoint-activations", default="", choices=["", "reentrant",
+                                                                     "non-reentrant"],
+                   help="recompute each block's activations in backward (torch.utils."
+                        "checkpoint): the memory of one block's activations instead of all")
     p.add_argument("--device", default="cpu", help="cpu, or cuda (each rank its GPU)")
     p.add_argument("--sample", type=int, default=0, help="characters to generate after training")
     p.add_argument("--checkpoint-dir", help="root of the durable checkpoints (zt.save)")
@@ -95,7 +101,8 @@ def main():
     parser, args = parse_args()
     data = CharData(args.text)
     torch.manual_seed(args.seed)
-    model = GPT(data.vocab, args.context, args.width, args.layers, args.heads)
+    model = GPT(data.vocab, args.context, args.width, args.layers, args.heads,
+                checkpoint=args.checkpoint_activations or None)
     params = sum(p.numel() for p in model.parameters())  # the tied weight counts once
 
     if args.device.startswith("cuda") and "ZEROD_LOCAL_RANK" in os.environ:
@@ -112,13 +119,14 @@ def main():
         rank, world = zt.rank(), zt.world_size()  # from zerorun's environment, before joining
         if args.batch % world:
             parser.error(f"--batch {args.batch} does not divide by the world size {world}")
-        # --units block: each Block is one gather unit (one gather of all its tensors per
-        # forward and per backward at stage 3). Parameters outside any Block (wte, wpe, ln_f and
-        # the head) fall into the root's unit, which stays gathered through the whole forward:
-        # it has to, since the head's weight IS wte's weight (tied), used at the start and at
-        # the end of GPT.forward, so only a unit enclosing both uses can hold it. "module" makes
-        # every module with parameters a unit (the tied weight still goes to the root).
-        units = {Block} if args.units == "block" else None
+        # By default each Block is one gather unit (one gather of all its tensors per forward
+        # and per backward at stage 3), and wpe and ln_f are units of their own. The head's
+        # weight IS wte's weight (tied), used at the start and at the end of GPT.forward, so it
+        # goes to the root's unit, which encloses both uses and stays gathered through the whole
+        # forward. --units block puts every parameter outside Blocks in the root's unit;
+        # "module" makes every module with parameters a unit.
+        units = {"default": None, "block": {Block},
+                 "module": lambda name, module: len(module._parameters) > 0}[args.units]
         model, opt = zt.shard(model, stage=args.stage, dtype=args.dtype, lr=args.lr,
                               weight_decay=args.weight_decay, optimizer="adamw", units=units)
         average, backward = zt.average, opt.backward  # opt.backward scales the loss for fp16
@@ -166,6 +174,7 @@ def main():
                 os.kill(os.getpid(), signal.SIGKILL)
 
     result = {"final_loss": loss, "stage": None if zt is None else args.stage,
+              "checkpoint_activations": args.checkpoint_activations or None,
               "world_size": world, "dtype": args.dtype, "params": params,
               "step_time_ms": round(statistics.median(times[1:] or times), 3) if times else None}
     if zt is None:
@@ -178,6 +187,8 @@ def main():
         result.update(stage=stats["stage"],
                       model_state_bytes_per_rank=stats["model_state_bytes"],
                       allocated_bytes_per_rank=stats["allocated_bytes"],
+                      peak_gather_buffers=stats["peak_gather_buffers"],
+                      gather_overflows=stats["gather_overflows"],
                       bytes_sent_per_step=sent // max(1, args.steps - first - 1),
                       first_step=first)
     if args.sample > 0:

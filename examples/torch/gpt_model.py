@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 
 class CausalSelfAttention(nn.Module):
@@ -45,9 +46,13 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, context=64, width=128, layers=4, heads=4):
+    """checkpoint: recompute each block's activations in backward instead of keeping them
+    (torch.utils.checkpoint, non-reentrant; "reentrant" for torch 1.13's default)."""
+
+    def __init__(self, vocab, context=64, width=128, layers=4, heads=4, checkpoint=None):
         super().__init__()
         self.context = context
+        self.checkpoint = checkpoint
         self.wte = nn.Embedding(vocab, width)
         self.wpe = nn.Embedding(context, width)
         self.blocks = nn.ModuleList(Block(width, heads, context) for _ in range(layers))
@@ -68,7 +73,11 @@ class GPT(nn.Module):
         pos = torch.arange(t, device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for block in self.blocks:
-            x = block(x)
+            if self.checkpoint and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(
+                    block, x, use_reentrant=self.checkpoint == "reentrant")
+            else:
+                x = block(x)
         return self.head(self.ln_f(x))
 
 

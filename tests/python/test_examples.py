@@ -1,5 +1,6 @@
 """The torch examples (examples/torch/gpt.py and resnet.py) run end to end under zerorun, and
-gpt.py at stage 3 on 2 ranks ends at the loss its unsharded --reference run ends at."""
+gpt.py at stage 3 on 2 ranks (with and without activation checkpointing) ends at the loss its
+unsharded --reference run ends at."""
 
 import json
 import os
@@ -74,6 +75,19 @@ def test_gpt_stage3_learns_and_matches_reference(run_job):
     assert result["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-4)
     assert losses == pytest.approx(ref_losses, rel=1e-4)
     assert result["params"] == ref["params"]
+
+
+@pytest.mark.parametrize("checkpointing", ["non-reentrant", "reentrant"])
+def test_gpt_stage3_with_activation_checkpointing_matches_reference(run_job, checkpointing):
+    # zt.shard's default options: one gather unit per block, max_live_units within its budget.
+    flag = ["--checkpoint-activations", checkpointing]
+    _, output = run_job(2, [GPT, "--stage", "3", *flag, *GPT_SMALL])
+    losses, result = parse(output)
+    assert result["checkpoint_activations"] == checkpointing
+    assert result["gather_overflows"] == 0
+    ref_losses, ref = parse(run_reference([GPT, *flag, *GPT_SMALL]))
+    assert losses == pytest.approx(ref_losses, rel=1e-5)
+    assert result["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-5)
 
 
 def test_gpt_elastic_restart_resumes_from_the_in_memory_snapshot_as_if_uninterrupted(run_job,
