@@ -100,7 +100,17 @@ absl::Status ZeroEngine::AllocateBuffers() {
   return absl::OkStatus();
 }
 
-ZeroEngine::~ZeroEngine() = default;
+ZeroEngine::~ZeroEngine() {
+  // A pull still copying into a gather buffer must be done before the buffer goes (an all-gather
+  // is, by its communicator's destruction, which comes first).
+  if (exchange_ == nullptr) return;
+  exchange_->Abort(absl::CancelledError("engine: destroyed"));
+  for (GatherBuffer& g : gathers_) {
+    if (g.gather != nullptr && g.gather->work != nullptr && !g.gather->result) {
+      (void)g.gather->work->Wait(options_.collective_timeout);
+    }
+  }
+}
 
 ZeroEngine::PlannedBuffer* ZeroEngine::SingleBuffer(MemoryCategory category) {
   switch (category) {
