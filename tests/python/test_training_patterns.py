@@ -78,3 +78,23 @@ def test_a_collective_some_ranks_skip_is_named_within_seconds(run_job, tmp_path,
     assert code != 0
     assert "collective mismatch" in output or "collective order diverged" in output, output
     assert time.monotonic() - start < 60
+
+
+def test_default_units_are_the_repeated_blocks():
+    # A block (a module repeated in a ModuleList or Sequential, holding modules with parameters)
+    # is one unit; outside blocks every module with parameters is; a tied weight goes to the
+    # innermost module enclosing its owners.
+    from zerod.torch import _layout
+    import torchvision
+    import zt_models
+
+    def units(model):
+        return sorted({e.unit for e in _layout.collect(model)[0]})
+
+    assert units(zt_models.build("gpt", 0)) == ["", "blocks.0", "blocks.1", "blocks.2", "ln_f",
+                                                "wpe"]
+    resnet = units(torchvision.models.resnet18())
+    assert [u for u in resnet if u.startswith("layer1")] == ["layer1.0", "layer1.1"]
+    assert "conv1" in resnet and "fc" in resnet and "layer1.0.conv1" not in resnet
+    # Repeated leaf layers (a plain MLP) are units one by one, as before.
+    assert units(zt_models.build("mlp4", 0)) == ["layers.0", "layers.2", "layers.4", "layers.6"]

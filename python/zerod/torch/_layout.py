@@ -96,9 +96,15 @@ def _blocks(modules):
     """The model's blocks: the innermost modules repeated in a container (two or more children of
     one class in an nn.ModuleList or nn.Sequential, such as a transformer's layers or a ResNet
     stage's blocks) that hold modules with parameters themselves. Qualified names."""
+    # Modules with a descendant that holds parameters itself: every ancestor of such a module.
+    above_parameters = set()
+    for name, module in modules.items():
+        if len(module._parameters) > 0 and name:
+            parts = name.split(".")
+            above_parameters.update(".".join(parts[:i]) for i in range(1, len(parts)))
+
     def holds_parameters(name):
-        return any(n.startswith(name + ".") and len(m._parameters) > 0
-                   for n, m in modules.items())
+        return name in above_parameters
 
     candidates = set()
     for name, module in modules.items():
