@@ -95,6 +95,19 @@ def current_rss_kib():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
+def current_pss_kib():
+    """Proportional set size: pages shared with other processes (stage 3's shards in shared
+    memory, which every rank maps) count as the share each process has of them."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def storage_nbytes(t):
     if hasattr(t, "untyped_storage"):
         s = t.untyped_storage()
@@ -188,6 +201,7 @@ def worker(args):
     times = {"step": [], "fwd": [], "bwd": [], "opt": []}
     losses = []
     sent_before = None
+    step_rss = step_pss = 0  # the most sampled after forward, backward, opt.step of measured steps
     clock = time.perf_counter
     def cpu_seconds():
         u = resource.getrusage(resource.RUSAGE_SELF)
@@ -204,14 +218,19 @@ def worker(args):
         t1 = clock()
         loss = loss_fn(net(x), y)
         t2 = clock()
+        sampled = [(current_rss_kib(), current_pss_kib())]  # activations held for backward
         loss.backward()
         t3 = clock()
+        sampled.append((current_rss_kib(), current_pss_kib()))
         opt.step()
         t4 = clock()
         losses.append(loss.item())
         if step == 0:
             result["first_step_rss_kib"] = rss_kib()
         if step >= args.warmup:
+            sampled.append((current_rss_kib(), current_pss_kib()))
+            step_rss = max([step_rss] + [rss for rss, _ in sampled])
+            step_pss = max([step_pss] + [pss for _, pss in sampled])
             times["step"].append(t4 - t0)
             times["fwd"].append(t2 - t1)
             times["bwd"].append(t3 - t2)
@@ -254,7 +273,8 @@ def worker(args):
             t = torch.tensor(losses, dtype=torch.float64)
             dist.all_reduce(t)
             result["losses"] = (t / world).tolist()
-    result.update(rank=rank, world=world, peak_rss_kib=rss_kib(),
+    result.update(rank=rank, world=world, peak_rss_kib=rss_kib(), step_rss_kib=step_rss,
+                  step_pss_kib=step_pss,
                   end_rss_kib=current_rss_kib(),
                   median_ms={k: 1e3 * statistics.median(v) for k, v in times.items()},
                   cpu_share=cpu_share,
@@ -492,7 +512,10 @@ def orchestrate(args):
         if x["alloc"] and y["alloc"]:
             line += f", engine allocated {(y['alloc'] - x['alloc']) / MIB:7.1f} MiB"
         print(line)
-    print("peak RSS per rank (MiB, rank 0/rank 1) against zerod stage 0 with the same "
+    print("peak memory per rank (MiB, rank 0/rank 1): RSS of the whole run; RSS and PSS of the "
+          "measured steps (sampled after forward, backward and opt.step, so the setup's transient "
+          "copies are left out; PSS counts pages shared with the other ranks, stage 3's shards in "
+          "shared memory, as each rank's share); each against zerod stage 0 with the same "
           "activations (checkpointed rows against zerod s0 ckpt):")
     by_name = {name: res for name, _, _, res in rows}
     for name, kind, stage, res in rows:
@@ -500,13 +523,16 @@ def orchestrate(args):
             continue
         base_name = "zerod s0 ckpt" if name in CHECKPOINTED else "zerod stage 0"
         base = by_name.get(base_name)
-        peaks = [r["peak_rss_kib"] / 1024 for r in res["ranks"]]
-        line = f"  {name:<17} {'/'.join(f'{p:.0f}' for p in peaks):>11}"
-        if base is not None:
-            ratios = [r["peak_rss_kib"] / b["peak_rss_kib"]
-                      for r, b in zip(res["ranks"], base["ranks"])]
-            line += f"  x{'/'.join(f'{q:.3f}' for q in ratios)} of {base_name}"
-        print(line)
+        line = f"  {name:<17}"
+        for key, label in (("peak_rss_kib", "run RSS"), ("step_rss_kib", "steps RSS"),
+                           ("step_pss_kib", "PSS")):
+            peaks = "/".join(f"{r[key] / 1024:.0f}" for r in res["ranks"])
+            line += f"  {label} {peaks:>9}"
+            if base is not None:
+                ratios = "/".join(f"{r[key] / b[key]:.3f}"
+                                  for r, b in zip(res["ranks"], base["ranks"]))
+                line += f" (x{ratios})"
+        print(line + (f"  against {base_name}" if base is not None else ""))
     return 0 if all(res is not None for *_, res in rows) else 1
 
 

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # train_step_bench: one training step of train_mlp at ZeRO stages 0-3 on local ranks under an
 # embedded zerod: step time, peak RSS per rank and bytes sent per step, beside the peer measured
-# in the same run: the unsharded single-process step on the same global batch. Stage 3 runs twice:
-# gathers on their own communicator (the default), and sharing the main one ("3-shared").
+# in the same run: the unsharded single-process step on the same global batch. Stage 3 runs three
+# ways: gathers copied from the peers' shards in shared memory (the default on one host: "3"),
+# all-gathered on their own communicator ("3-allgather", ZEROD_GLOO_SHARD_EXCHANGE=0, the route of
+# NCCL and of ranks on several hosts), and all-gathered sharing the main one ("3-shared").
 #
 #   bench/train_step_bench.sh [--hidden 512] [--layers 6] [--steps 8] [--dtype bf16] [--rounds 3]
-#                             [--ranks 2] [--batch 64] [--stages 0,1,2,3,3-shared]
+#                             [--ranks 2] [--batch 64] [--stages 0,1,2,3,3-allgather,3-shared]
 #
 # The demo's job (scripts/demo.sh): --ranks 4 --hidden 128 --layers 4 --dtype fp32 --batch 48.
 #
-# The stages run in turn, --rounds times (0, 1, 2, 3, 3-shared, 0, 1, ...), so that a slow
+# The stages run in turn, --rounds times (0, 1, 2, 3, 3-allgather, 3-shared, 0, 1, ...), so that a slow
 # stretch of a shared machine falls on every stage alike; "step ms" and "vs s0" are the medians
 # over the rounds (the ratio taken within each round), the other columns come from the last round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-hidden=512 layers=6 steps=8 dtype=bf16 rounds=3 ranks=2 batch=64 stage_list=0,1,2,3,3-shared
+hidden=512 layers=6 steps=8 dtype=bf16 rounds=3 ranks=2 batch=64
+stage_list=0,1,2,3,3-allgather,3-shared
 while [ $# -gt 0 ]; do
   case "$1" in
     --hidden) hidden=$2; shift 2 ;;
@@ -49,10 +52,14 @@ ref_ms=$(field step_time_ms <"$work/ref")
 params=$(field params <"$work/ref")
 for round in $(seq "$rounds"); do
   for stage in "${stages[@]}"; do
-    extra=()
-    if [ "$stage" = 3-shared ]; then extra=(--shared-gathers); fi
-    "$bin/zerorun" -n "$ranks" --endpoint "unix://$work/s" --job "bench-$stage-$round" -- "${train[@]}" \
-      --stage "${stage%-shared}" "${extra[@]}" >"$work/out$stage"
+    extra=() exchange=1
+    case "$stage" in
+      3-allgather) exchange=0 ;;
+      3-shared) exchange=0 extra=(--shared-gathers) ;;
+    esac
+    ZEROD_GLOO_SHARD_EXCHANGE=$exchange "$bin/zerorun" -n "$ranks" --endpoint "unix://$work/s" \
+      --job "bench-$stage-$round" -- "${train[@]}" --stage "${stage%%-*}" "${extra[@]}" \
+      >"$work/out$stage"
     field step_time_ms <"$work/out$stage" >>"$work/ms$stage"
   done
   s0=$(tail -n 1 "$work/ms0")
