@@ -66,6 +66,20 @@ def test_torch_adam_with_param_groups_trains_as_torch(run_job, tmp_path, stage):
     assert_matches(run(run_job, tmp_path, spec, 2), zt_gpt.reference(spec))
 
 
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_a_head_some_ranks_use_is_stepped_and_one_no_rank_uses_is_not(run_job, tmp_path, stage,
+                                                                     world):
+    # On steps 0, 3 and 6 only rank 1's samples go through the aux head: the other ranks give it
+    # no gradient (zeros in the mean over ranks, as DDP's find_unused_parameters), and at stage 3
+    # only rank 1 gathers its unit. On the other steps no rank uses it: it is not stepped.
+    local = 6 // world
+    spec = spec_for(stage, aux_samples=[local, 2 * local])
+    reference = zt_gpt.reference(spec)
+    assert reference["steps"]["aux_head.weight"] == 3
+    assert_matches(run(run_job, tmp_path, spec, world), reference)
+
+
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_zero_grad_without_set_to_none_steps_on_zeros(run_job, tmp_path, stage):
     # zero_grad(set_to_none=False) keeps torch's grads as zeros: the aux head, once used, steps

@@ -3,8 +3,10 @@
 
 The loop is plain torch: param groups with no weight decay on biases, LayerNorms (nanoGPT's
 recipe), a torch LR scheduler, opt.zero_grad(set_to_none=...) at the top of each step, an
-auxiliary head some steps do not use (its gradient stays None: torch skips it), and optionally
-a zero_grad between backward and step (torch steps on what is left: None or zeros)."""
+auxiliary head some steps do not use (its gradient stays None: torch skips it), or that only
+some samples of the global batch go through (aux_samples: so only some ranks use it), and
+optionally a zero_grad between backward and step (torch steps on what is left: None or
+zeros)."""
 
 import math
 
@@ -49,9 +51,15 @@ class TinyGPT(nn.Module):
         self.aux_head = nn.Linear(WIDTH, VOCAB)  # used on some steps only
 
     def forward(self, idx, aux=False):
+        """aux: whether every sample goes through the aux head, or a mask of the samples that
+        do (the head is not reached when none does)."""
         pos = torch.arange(idx.shape[1])
         h = self.ln_f(self.blocks(self.wte(idx) + self.wpe(pos)))
         logits = self.head(h)
+        if isinstance(aux, torch.Tensor):
+            if not aux.any():
+                return logits
+            return logits.index_add(0, aux.nonzero().squeeze(1), self.aux_head(h[aux]))
         return logits + self.aux_head(h) if aux else logits
 
 
@@ -91,6 +99,15 @@ def aux_used(spec, step):
     return step % 3 == 0 if spec.get("aux_head", True) else False
 
 
+def aux_of(spec, step, size, local):
+    """What model(x, aux=) takes on this step: True, False, or, with aux_samples [first, last),
+    this rank's part of the global batch's mask of those samples."""
+    if not aux_used(spec, step) or "aux_samples" not in spec:
+        return aux_used(spec, step)
+    first, last = spec["aux_samples"]
+    return local(torch.arange(size) >= first) & local(torch.arange(size) < last)
+
+
 def train(model, opt, sched, spec, first, last, local, average):
     """Steps [first, last); `local` cuts this rank's part of a global batch, `average` gives the
     mean of a number over the ranks. Returns the global losses, lrs and betas[0] per step."""
@@ -101,9 +118,10 @@ def train(model, opt, sched, spec, first, last, local, average):
         opt.zero_grad(set_to_none=spec.get("set_to_none", True))
         total = 0.0
         for micro in range(accumulation):
-            x, y = batch(step, micro, spec.get("batch", 6))
+            size = spec.get("batch", 6)
+            x, y = batch(step, micro, size)
             x, y = local(x), local(y)
-            logits = model(x, aux=aux_used(spec, step))
+            logits = model(x, aux=aux_of(spec, step, size, local))
             loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
             total += loss.item() / accumulation
             (loss / accumulation if divide else loss).backward()
