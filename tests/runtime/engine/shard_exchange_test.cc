@@ -16,6 +16,7 @@
 #include "runtime/comm/prefix_store.h"
 #include "runtime/common/status_macros.h"
 #include "runtime/engine/zero_engine.h"
+#include "tests/util/test_time.h"
 
 namespace zerod::engine {
 namespace {
@@ -23,6 +24,9 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int64_t kBytes = 64;
+
+// How long a wait that should succeed may take.
+absl::Duration Timeout() { return zerod::testing::Scaled(absl::Seconds(30)); }
 
 std::shared_ptr<comm::Store> NewStore() {
   static int group = 0;
@@ -39,15 +43,14 @@ void OnRanks(int64_t world, const std::function<void(int64_t)>& fn) {
 
 std::unique_ptr<ShardExchange> Connect(comm::Store& store, int64_t rank, int64_t world,
                                        bool enabled = true) {
-  auto exchange =
-      ShardExchange::Connect(store, "shards", rank, world, kBytes, enabled, absl::Seconds(30));
+  auto exchange = ShardExchange::Connect(store, "shards", rank, world, kBytes, enabled, Timeout());
   EXPECT_TRUE(exchange.ok()) << exchange.status();
   return exchange.ok() ? *std::move(exchange) : nullptr;
 }
 
 // Rank r's shard in write phase `phase`: bytes r * 16 + phase, each.
 void Write(ShardExchange& e, int64_t phase) {
-  ASSERT_TRUE(e.BeginWrite(absl::Seconds(30)).ok());
+  ASSERT_TRUE(e.BeginWrite(Timeout()).ok());
   std::memset(e.own(), static_cast<int>(e.rank() * 16 + phase), kBytes);
   e.EndWrite();
 }
@@ -57,7 +60,7 @@ std::vector<char> PullAll(ShardExchange& e, int64_t world) {
   std::vector<char> out(static_cast<size_t>(16 * world));
   std::vector<ShardExchange::Copy> copies;
   for (int64_t r = 0; r < world; ++r) copies.push_back({r, 8, 16, out.data() + 16 * r});
-  EXPECT_TRUE(e.Pull(std::move(copies), absl::Seconds(30))->Wait(absl::Seconds(30)).ok());
+  EXPECT_TRUE(e.Pull(std::move(copies), Timeout())->Wait(Timeout()).ok());
   return out;
 }
 
@@ -87,16 +90,16 @@ TEST(ShardExchange, APullWaitsUntilThePeerHasPublishedThePhase) {
   OnRanks(2, [&](int64_t rank) {
     std::unique_ptr<ShardExchange> e = Connect(*store, rank, 2);
     ASSERT_NE(e, nullptr);
-    ASSERT_TRUE(e->BeginWrite(absl::Seconds(30)).ok());
+    ASSERT_TRUE(e->BeginWrite(Timeout()).ok());
     if (rank == 0) {
       std::memset(e->own(), 1, kBytes);
       e->EndWrite();
       char got = 0;
-      std::unique_ptr<comm::Work> pull = e->Pull({{1, 0, 1, &got}}, absl::Seconds(30));
+      std::unique_ptr<comm::Work> pull = e->Pull({{1, 0, 1, &got}}, Timeout());
       // Rank 1 is inside its write phase: the pull cannot be done.
       EXPECT_EQ(pull->Wait(absl::Milliseconds(20)).code(), absl::StatusCode::kDeadlineExceeded);
       pull_waiting = true;
-      ASSERT_TRUE(pull->Wait(absl::Seconds(30)).ok());
+      ASSERT_TRUE(pull->Wait(Timeout()).ok());
       EXPECT_EQ(got, 7) << "rank 1's new values, not the ones before its phase";
     } else {
       while (!pull_waiting) std::this_thread::yield();
@@ -109,8 +112,8 @@ TEST(ShardExchange, APullWaitsUntilThePeerHasPublishedThePhase) {
 TEST(ShardExchange, IsEveryRanksOrNobodys) {
   auto store = NewStore();
   OnRanks(3, [&](int64_t rank) {
-    auto e = ShardExchange::Connect(*store, "shards", rank, 3, kBytes, /*enabled=*/rank != 2,
-                                    absl::Seconds(30));
+    auto e =
+        ShardExchange::Connect(*store, "shards", rank, 3, kBytes, /*enabled=*/rank != 2, Timeout());
     ASSERT_TRUE(e.ok()) << e.status();
     EXPECT_EQ(*e, nullptr) << "rank " << rank;
   });
@@ -140,12 +143,12 @@ TEST(ShardExchange, AbortFailsAPullWaitingForAPeer) {
     std::unique_ptr<ShardExchange> e = Connect(*store, rank, 2);
     ASSERT_NE(e, nullptr);
     if (rank == 0) {
-      ASSERT_TRUE(e->BeginWrite(absl::Seconds(30)).ok());
+      ASSERT_TRUE(e->BeginWrite(Timeout()).ok());
       e->EndWrite();  // phase 1: rank 1 never publishes it
       char got = 0;
-      std::unique_ptr<comm::Work> pull = e->Pull({{1, 0, 1, &got}}, absl::Seconds(30));
+      std::unique_ptr<comm::Work> pull = e->Pull({{1, 0, 1, &got}}, Timeout());
       e->Abort(absl::AbortedError("rank 1 was lost"));
-      const absl::Status s = pull->Wait(absl::Seconds(30));
+      const absl::Status s = pull->Wait(Timeout());
       EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
       EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 was lost"));
       done = true;
@@ -193,7 +196,7 @@ TEST(ShardExchange, EnginesGatherDifferentUnitsWithoutACollective) {
       options.adam = {1e-1, 0.9, 0.99, 1e-8, 0.0, false};
       ZEROD_ASSIGN_OR_RETURN(
           options.shard_exchange,
-          ShardExchange::Connect(*store, "shards", rank, 2, shard_bytes, true, absl::Seconds(30)));
+          ShardExchange::Connect(*store, "shards", rank, 2, shard_bytes, true, Timeout()));
       if (options.shard_exchange == nullptr) return absl::InternalError("no exchange");
       ZEROD_ASSIGN_OR_RETURN(auto e, ZeroEngine::Create(plan, comm.get(), std::move(options)));
       EXPECT_TRUE(e->pulls_gathers());
