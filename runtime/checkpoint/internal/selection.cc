@@ -82,7 +82,9 @@ std::vector<StepDir> Missing(const std::string& root,
   for (const auto& [dir, r] : records) {
     if (r.state != RecordState::kComplete && r.state != RecordState::kSetAside) continue;
     if (fs::path(dir).parent_path().string() != root) continue;
-    if (std::any_of(seen.begin(), seen.end(), [&](const StepDir& d) { return d.dir == dir; })) {
+    // Captured by name: clang 14 cannot capture a structured binding.
+    if (std::any_of(seen.begin(), seen.end(),
+                    [&dir = dir](const StepDir& d) { return d.dir == dir; })) {
       continue;
     }
     StepDir d{r.step, dir, Skipped::kMissing};
