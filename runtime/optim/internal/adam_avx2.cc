@@ -63,6 +63,7 @@ inline __m256 Step8(const Constants& c, __m256 grad, float* param, float* exp_av
 // Writes the copy of elements [i, i + 16) from their two vectors of new parameters.
 template <Copy kCopy>
 inline void StoreCopy16(void* low, int64_t i, __m256 p0, __m256 p1) {
+  if constexpr (kCopy == Copy::kNone) return;  // `low` is null then: no pointer arithmetic on it
   auto* out = static_cast<uint16_t*>(low) + i;
   if constexpr (kCopy == Copy::kFp16) {
     avx2::StoreFp16x8(out, p0);

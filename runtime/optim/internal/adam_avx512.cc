@@ -75,6 +75,7 @@ inline __m512i Bf16Lanes(__m512 p) {
 // Writes the copy of elements [i, i + 32) from their two vectors of new parameters.
 template <Copy kCopy>
 inline void StoreCopy32(void* low, int64_t i, __m512 p0, __m512 p1) {
+  if constexpr (kCopy == Copy::kNone) return;  // `low` is null then: no pointer arithmetic on it
   auto* out = static_cast<uint16_t*>(low) + i;
   if constexpr (kCopy == Copy::kFp16) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
