@@ -33,6 +33,11 @@ GRPC_MODULE = re.compile(r'^lib(grpc|gpr|address_sorting|upb)')
 LIBRARY_MODULE = re.compile(r'^lib(ssl|crypto)\.')
 PASSIVE_MODULE = re.compile(r'^lib(stdc\+\+|protobuf|absl_|c\.so|m\.so)')
 ANNOTATIONS = 'tests/tsan/absl_sync_annotations.cc'  # calls abseil on behalf of its caller
+# Frames inlined from a library's headers, by source file: with line tables only (the sanitizer
+# trees' -gline-tables-only) an inlined frame's name is unqualified (`operator=`, `_M_length`), so
+# its header tells whose code it is.
+GRPC_SOURCE = re.compile(r'^/usr/include/(grpcpp|grpc|grpc\+\+)/')
+PASSIVE_SOURCE = re.compile(r'(/include/c\+\+/|^/usr/include/(absl|google/protobuf)/)')
 ACCESS = re.compile(r'^  (Previous )?(atomic )?(read|write|Read|Write) of size')
 
 
@@ -68,8 +73,10 @@ def frames(lines):
 
 def owner(stack):
     for fn, module, source in stack:
-        if GRPC.match(fn) or GRPC_MODULE.match(module):
+        if GRPC.match(fn) or GRPC_MODULE.match(module) or GRPC_SOURCE.match(source):
             return 'grpc'
+        if PASSIVE_SOURCE.search(source):
+            continue
         if LIBRARY_MODULE.match(module):
             return 'library'
         if PASSIVE.match(fn) or PASSIVE_MODULE.match(module) or source.endswith(ANNOTATIONS):
