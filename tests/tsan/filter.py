@@ -35,9 +35,9 @@ PASSIVE_MODULE = re.compile(r'^lib(stdc\+\+|protobuf|absl_|c\.so|m\.so)')
 ANNOTATIONS = 'tests/tsan/absl_sync_annotations.cc'  # calls abseil on behalf of its caller
 # Frames inlined from a library's headers, by source file: with line tables only (the sanitizer
 # trees' -gline-tables-only) an inlined frame's name is unqualified (`operator=`, `_M_length`), so
-# its header tells whose code it is.
+# its header tells whose code it is (generated protobuf code, *.pb.cc/h, as by its zerod::v1 name).
 GRPC_SOURCE = re.compile(r'^/usr/include/(grpcpp|grpc|grpc\+\+)/')
-PASSIVE_SOURCE = re.compile(r'(/include/c\+\+/|^/usr/include/(absl|google/protobuf)/)')
+PASSIVE_SOURCE = re.compile(r'(/include/c\+\+/|^/usr/include/(absl|google/protobuf)/|\.pb\.(cc|h)$)')
 ACCESS = re.compile(r'^  (Previous )?(atomic )?(read|write|Read|Write) of size')
 
 
