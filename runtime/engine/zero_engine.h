@@ -272,8 +272,8 @@ class ZeroEngine {
   };
   // Collectives of fewer bytes than this cost their latency (a lead exchange, a wake-up of every
   // rank), not their bytes: the segments of back-to-back reduce-scatters, or of a gather and its
-  // prefetch, go as one grouped collective while they come to at most this much. (Measured at 2
-  // ranks on loopback: a 4 KiB reduce-scatter 130 us, 1 MiB 528 us.)
+  // prefetch, go as one grouped collective while they come to at most this much (figures:
+  // bench/RESULTS.md, decision record 0018).
   static constexpr int64_t kCoalesceBytes = int64_t{256} << 10;
 
   // A gather buffer: one segment's whole parameters (stage 3).
